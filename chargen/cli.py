@@ -1,0 +1,222 @@
+"""The command line: argparse -> configs -> library calls. A ``ChargenError`` becomes one
+line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import fields, replace
+from pathlib import Path
+
+from . import __version__, checkpoint
+from .corpus import ERROR_POLICIES, load_corpus, read_text
+from .errors import ChargenError
+from .model import ModelConfig
+from .train import DEFAULT_EPOCHS, TrainConfig
+
+MODEL_FLAGS = ("embedding", "hidden", "layers", "dropout")
+# Flags that only change how long or how visibly a run goes on; on --resume, others
+# must match the saved run (checked in train) or are taken from it.
+TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+MODEL_DEFAULTS = {f.name: f.default for f in fields(ModelConfig) if f.name != "vocab_size"}
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chargen",
+        description="Train stateful character-level LSTMs on any text file, and sample from them.",
+    )
+    parser.add_argument("--version", action="version", version=f"chargen {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = TRAIN_DEFAULTS
+    t = commands.add_parser(
+        "train",
+        help="train a model on a text file",
+        description="Train a character-level LSTM on TEXT_FILE, cut into --batch-size contiguous "
+        "streams and trained with truncated BPTT (the LSTM state carried from chunk to chunk). "
+        "Progress, validation loss and samples are printed; checkpoints go to --out. "
+        "Ctrl-C saves a checkpoint; the same command with --resume continues exactly.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    t.add_argument("text_file", metavar="TEXT_FILE", help="UTF-8 text to train on")
+    t.add_argument("--out", metavar="RUN_DIR", help="run folder (default: runs/<name of TEXT_FILE>)")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
+    t.add_argument("--force", action="store_true", help="replace a run already in --out")
+    data = t.add_argument_group("data")
+    data.add_argument("--val-file", metavar="FILE", help="validation text (default: the tail of TEXT_FILE)")
+    data.add_argument("--val-fraction", type=positive_float, default=0.05,
+                      help="share of TEXT_FILE held out for validation, from its end")
+    data.add_argument("--encoding", default="utf-8", help="text encoding of the files")
+    data.add_argument("--errors", default="strict", choices=ERROR_POLICIES,
+                      help="what to do with bytes that are not valid in --encoding")
+    model = t.add_argument_group("model (fixed once a run starts)")
+    model.add_argument("--hidden", type=positive_int, help=f"LSTM units per layer (default {MODEL_DEFAULTS['hidden']})")
+    model.add_argument("--layers", type=positive_int, help=f"LSTM layers (default {MODEL_DEFAULTS['layers']})")
+    model.add_argument("--embedding", type=positive_int,
+                       help=f"character embedding size (default {MODEL_DEFAULTS['embedding']})")
+    model.add_argument("--dropout", type=float, help=f"dropout rate (default {MODEL_DEFAULTS['dropout']})")
+    opt = t.add_argument_group("training")
+    opt.add_argument("--batch-size", type=positive_int, help=f"parallel streams (default {d['batch_size']})")
+    opt.add_argument("--bptt", type=positive_int,
+                     help=f"characters per chunk: how far back gradients flow (default {d['bptt']})")
+    opt.add_argument("--variable-bptt", action="store_true", default=None,
+                     help="vary the chunk length around --bptt (AWD-LSTM)")
+    opt.add_argument("--lr", type=positive_float, help=f"peak learning rate of AdamW (default {d['lr']})")
+    opt.add_argument("--warmup-steps", type=int, help=f"steps of linear warmup (default {d['warmup_steps']})")
+    opt.add_argument("--decay", choices=("cosine", "linear", "none"),
+                     help=f"learning-rate decay to the end of the plan (default {d['decay']})")
+    opt.add_argument("--weight-decay", type=float, help=f"AdamW weight decay (default {d['weight_decay']})")
+    opt.add_argument("--clip", type=positive_float, help=f"gradient-norm clipping (default {d['clip']})")
+    plan = opt.add_mutually_exclusive_group()
+    plan.add_argument("--epochs", type=positive_float,
+                      help=f"total passes over the text for the run (default {DEFAULT_EPOCHS})")
+    plan.add_argument("--steps", type=positive_int, help="total updates for the run (instead of --epochs)")
+    opt.add_argument("--max-time", type=positive_float, metavar="SECONDS",
+                     help="time limit for this command; the plan shrinks so the schedule ends in time")
+    opt.add_argument("--eval-every", type=positive_int,
+                     help=f"steps between validations and checkpoints (default {d['eval_every']})")
+    opt.add_argument("--log-every", type=positive_int, help=f"steps between log lines (default {d['log_every']})")
+    opt.add_argument("--sample-chars", type=int, help=f"length of the sample printed at each validation "
+                     f"(default {d['sample_chars']}; 0 for none)")
+    opt.add_argument("--device", help="auto (CUDA when present), cpu or cuda (default auto)")
+    opt.add_argument("--seed", type=int, help=f"random seed (default {d['seed']})")
+    t.add_argument("--quiet", action="store_true", help="no progress bar or samples")
+
+    s = commands.add_parser("sample", help="print text sampled from a trained model",
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    s.add_argument("run_dir", metavar="RUN_DIR")
+    s.add_argument("--prime", default="", help="text to start from (default: a fresh start)")
+    s.add_argument("--length", type=int, default=500, help="characters to generate per sample")
+    s.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is wilder")
+    s.add_argument("--top-k", type=int, default=0, help="sample only from the k likeliest (0: off)")
+    s.add_argument("--top-p", type=float, default=1.0, help="sample only from the top-p probability mass")
+    s.add_argument("--seed", type=int, help="random seed for a repeatable sample")
+    s.add_argument("--num-samples", type=int, default=1, help="samples drawn in parallel")
+    s.add_argument("--weights", choices=("best", "latest"), default="best")
+    s.add_argument("--device", default="auto")
+
+    e = commands.add_parser("eval", help="print a model's loss and bits per character on a text",
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    e.add_argument("run_dir", metavar="RUN_DIR")
+    e.add_argument("text_file", metavar="TEXT_FILE")
+    e.add_argument("--encoding", default="utf-8")
+    e.add_argument("--errors", default="strict", choices=ERROR_POLICIES)
+    e.add_argument("--weights", choices=("best", "latest"), default="best")
+    e.add_argument("--device", default="auto")
+    return parser
+
+
+def given(args: argparse.Namespace, names: tuple[str, ...] | list[str]) -> dict:
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def configs_from_args(args: argparse.Namespace, run_dir: Path) -> tuple[ModelConfig | None, TrainConfig]:
+    """New run: defaults overlaid with the flags given. Resume: the saved configs overlaid
+    with the flags given (train() refuses the ones that cannot change mid-run)."""
+    train_flags = given(args, [n for n in TRAIN_DEFAULTS if n != "max_time"])
+    model_flags = given(args, MODEL_FLAGS)
+    if not args.resume:
+        model_config = ModelConfig(vocab_size=1, **model_flags)
+        return model_config, TrainConfig(**train_flags, max_time=args.max_time)
+    saved = checkpoint.read_config(run_dir)
+    base = TrainConfig.from_dict(saved["train"])
+    if "epochs" in train_flags or "steps" in train_flags:
+        base = replace(base, epochs=None, steps=None)
+    config = replace(base, **train_flags, max_time=args.max_time)
+    model_config = None
+    if model_flags:
+        model_config = replace(ModelConfig.from_dict(saved["model"]), **model_flags)
+    return model_config, config
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .train import train
+
+    run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file).stem
+    corpus = load_corpus(args.text_file, val_path=args.val_file, val_fraction=args.val_fraction,
+                         encoding=args.encoding, errors=args.errors)
+    model_config, config = configs_from_args(args, run_dir)
+    if args.quiet:
+        config = replace(config, sample_chars=0)
+
+    def log(message: str) -> None:
+        if not args.quiet or not message.startswith("---"):
+            tqdm.write(message, file=sys.stderr)
+
+    result = train(corpus, run_dir, model_config, config, resume=args.resume, force=args.force,
+                   log=log, progress_bar=not args.quiet)
+    return {"done": 0, "time": 0, "interrupted": 130}[result.stopped]
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from .api import load
+    from .sample import check_sampling
+
+    check_sampling(args.temperature, args.top_k, args.top_p, args.length, args.num_samples)
+    model = load(args.run_dir, device=args.device, weights=args.weights)
+    options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    out = sys.stdout
+    if args.num_samples == 1:  # stream it as it comes
+        out.write(args.prime)
+        for piece in model.stream(args.prime, args.length, **options):
+            out.write(piece)
+            out.flush()
+        out.write("\n")
+        return 0
+    texts = model.generate_batch(args.prime, args.length, num_samples=args.num_samples, **options)
+    for i, text in enumerate(texts, 1):
+        out.write(f"--- sample {i} of {len(texts)} ---\n{args.prime}{text}\n")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .api import load
+
+    model = load(args.run_dir, device=args.device, weights=args.weights)
+    text = read_text(args.text_file, args.encoding, args.errors)
+    result = model.evaluate(text)
+    print(f"loss {result['loss']:.4f} nats/char  bpc {result['bpc']:.4f}  over {result['chars']:,} chars")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval}[args.command](args)
+    except ChargenError as e:
+        print(f"chargen: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("chargen: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `chargen sample RUN | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

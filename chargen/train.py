@@ -1,0 +1,481 @@
+"""The training loop: contiguous streams, truncated BPTT with the LSTM state carried
+(detached) from one chunk to the next, AdamW, clipping, a learning-rate schedule, periodic
+validation with the state carried through the whole validation text, and checkpoints
+that make ``resume`` continue exactly where training stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from . import __version__, checkpoint
+from .corpus import CorpusText, Streams, batchify, chunk_length, min_train_chars
+from .device import resolve_device
+from .errors import ChargenError
+from .model import CharLSTM, ModelConfig, State, detach_state
+from .sample import sample_text
+from .schedule import WarmupDecay
+from .tokenizer import CharTokenizer
+
+DEFAULT_EPOCHS = 10
+LN2 = math.log(2)
+
+
+@dataclass
+class TrainConfig:
+    batch_size: int = 64
+    bptt: int = 128
+    variable_bptt: bool = False
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    decay: str = "cosine"
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    epochs: float | None = None  # the plan is --steps, else --epochs, else DEFAULT_EPOCHS
+    steps: int | None = None
+    max_time: float | None = None  # seconds for this invocation; the plan shrinks to fit
+    eval_every: int = 250
+    log_every: int = 10
+    sample_chars: int = 200
+    seed: int = 1234
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "bptt", "eval_every", "log_every"):
+            if getattr(self, name) <= 0:
+                raise ChargenError(f"--{name.replace('_', '-')} must be positive, not {getattr(self, name)}")
+        for name in ("epochs", "steps", "max_time", "clip"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ChargenError(f"--{name.replace('_', '-')} must be positive, not {value}")
+        if self.epochs is not None and self.steps is not None:
+            raise ChargenError("give --epochs or --steps, not both")
+        if self.weight_decay < 0:
+            raise ChargenError(f"--weight-decay must be 0 or more, not {self.weight_decay}")
+        if self.sample_chars < 0:
+            raise ChargenError(f"--sample-chars must be 0 or more, not {self.sample_chars}")
+        WarmupDecay(self.lr, self.warmup_steps, 1, self.decay)  # validates lr, warmup, decay
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Progress:
+    """Where the run stands: saved with every checkpoint, restored by resume."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # row of the streams the next chunk starts at
+    total_steps: int = 0  # the plan, after fitting it to --max-time
+    requested_steps: int = 0  # the plan as asked for by --steps / --epochs
+    best_val_loss: float | None = None
+    last_val_loss: float | None = None
+    chars_seen: int = 0
+    train_seconds: float = 0.0
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    total_steps: int
+    epoch: float
+    best_val_loss: float | None
+    last_val_loss: float | None
+    stopped: str  # "done", "time" (hit --max-time) or "interrupted" (SIGINT / SIGTERM)
+    history: list[dict] = field(default_factory=list)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask the loop to stop after the current step and save, instead
+    of killing it mid-write. (Only the main thread can install signal handlers.)"""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.requested = False
+        self._log = log
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if not self.requested:
+            self._log(f"{signal.Signals(signum).name}: stopping after this step and saving a checkpoint")
+        self.requested = True
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def eval_stream_count(n_tokens: int) -> int:
+    """Few, long validation streams: each starts from a zero state, which costs a little
+    loss at its start, so keep them thousands of characters long."""
+    return max(1, min(32, n_tokens // 4096))
+
+
+@torch.inference_mode()
+def evaluate(model: CharLSTM, streams: Streams, bptt: int = 256) -> float:
+    """Mean loss (nats per character) over every target in ``streams``, state carried."""
+    was_training = model.training
+    model.eval()
+    total = torch.zeros((), dtype=torch.float64, device=streams.data.device)
+    count, position, state = 0, 0, None
+    while not streams.finished(position):
+        x, y = streams.chunk(position, bptt)
+        logits, state = model(x, state)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
+        count += y.numel()
+        position += x.shape[0]
+    model.train(was_training)
+    return total.item() / count
+
+
+def requested_steps(config: TrainConfig, steps_per_epoch: int) -> int:
+    if config.steps is not None:
+        return config.steps
+    epochs = config.epochs if config.epochs is not None else DEFAULT_EPOCHS
+    return max(1, round(epochs * steps_per_epoch))
+
+
+def fit_to_time(total: int, step: int, seconds_left: float, step_seconds: float, eval_seconds: float, eval_every: int) -> int:
+    """The largest plan (never above ``total``) whose remaining steps and validations fit
+    in ``seconds_left``: so with --max-time the schedule decays by the deadline instead of
+    being cut off at its peak."""
+    per_step = step_seconds + eval_seconds / eval_every
+    fit = int((seconds_left - eval_seconds) / per_step)
+    return max(step + 1, min(total, step + fit))
+
+
+def param_groups(model: CharLSTM, weight_decay: float) -> list[dict]:
+    """Decay matrices only; biases and the like are left alone."""
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    others = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": matrices, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]
+
+
+# --- checkpoints -------------------------------------------------------------------------
+def save_checkpoint(
+    run_dir: Path,
+    model: CharLSTM,
+    optimizer: torch.optim.Optimizer,
+    progress: Progress,
+    carry: State | None,
+    rng: np.random.Generator,
+    config: TrainConfig,
+) -> None:
+    """The resume point in one atomic file, then the latest weights for inference."""
+    weights = model.state_dict()
+    optim_tensors, optim_info = checkpoint.flatten_optimizer(optimizer.state_dict())
+    tensors = {f"model/{k}": v for k, v in weights.items()} | optim_tensors
+    tensors["rng/torch"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        tensors["rng/cuda"] = torch.cuda.get_rng_state()
+    if carry is not None:
+        tensors["carry/h"], tensors["carry/c"] = carry
+    meta = {
+        "progress": asdict(progress),
+        "optimizer": optim_info,
+        "numpy_rng": rng.bit_generator.state,
+        "train": asdict(config),
+    }
+    checkpoint.save_tensors(run_dir / checkpoint.TRAINER, tensors, meta)
+    checkpoint.save_tensors(run_dir / checkpoint.WEIGHTS, weights, {"step": progress.step})
+
+
+def restore_checkpoint(
+    run_dir: Path,
+    model: CharLSTM,
+    optimizer: torch.optim.Optimizer,
+    rng: np.random.Generator,
+    device: torch.device,
+) -> tuple[Progress, State | None]:
+    path = run_dir / checkpoint.TRAINER
+    if not path.exists():
+        raise ChargenError(
+            f"{run_dir} has no training checkpoint yet (it stopped before the first save); "
+            "start it again with --force"
+        )
+    tensors, meta = checkpoint.load_tensors(path)
+    try:
+        weights = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
+        model.load_state_dict(weights, strict=True)
+        optimizer.load_state_dict(checkpoint.unflatten_optimizer(tensors, meta["optimizer"]))
+        rng.bit_generator.state = meta["numpy_rng"]
+        torch.set_rng_state(tensors["rng/torch"])
+        if "rng/cuda" in tensors and device.type == "cuda":
+            torch.cuda.set_rng_state(tensors["rng/cuda"])
+        progress = Progress(**meta["progress"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise ChargenError(f"{path} does not match this run ({e}); start again with --force") from None
+    carry = None
+    if "carry/h" in tensors:
+        carry = (tensors["carry/h"].to(device), tensors["carry/c"].to(device))
+    return progress, carry
+
+
+def run_config(model_config: ModelConfig, config: TrainConfig, corpus: CorpusText, default_prime: str, n_params: int) -> dict:
+    return {
+        "chargen_version": __version__,
+        "mode": "stream",
+        "model": model_config.to_dict(),
+        "train": asdict(config),
+        "corpus": corpus.source,
+        "default_prime": default_prime,
+        "parameters": n_params,
+    }
+
+
+def check_resume(saved: dict, corpus: CorpusText, model_config: ModelConfig | None, config: TrainConfig) -> ModelConfig:
+    """The saved run must match what it is asked to continue with."""
+    for key in ("sha256", "val_sha256", "val_fraction"):
+        if saved["corpus"].get(key) != corpus.source.get(key):
+            raise ChargenError(
+                f"this run was trained on {saved['corpus'].get('path')} with a different text or "
+                "validation split; resume with the same file and split, or start a new run (--force)"
+            )
+    saved_model = ModelConfig.from_dict(saved["model"])
+    if model_config is not None and replace(model_config, vocab_size=saved_model.vocab_size) != saved_model:
+        raise ChargenError("the model settings differ from the saved run's; drop them to resume as saved")
+    for name in ("batch_size", "bptt", "variable_bptt"):
+        if getattr(config, name) != saved["train"].get(name):
+            raise ChargenError(
+                f"--{name.replace('_', '-')} differs from the saved run's ({saved['train'].get(name)}); "
+                "the streams would not line up, so resume with the saved value"
+            )
+    return saved_model
+
+
+# --- the loop ----------------------------------------------------------------------------
+def train(
+    corpus: CorpusText,
+    run_dir: str | Path,
+    model_config: ModelConfig | None = None,
+    config: TrainConfig | None = None,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+    progress_bar: bool = False,
+    on_event: Callable[[dict], None] | None = None,
+) -> TrainResult:
+    """Train (or with ``resume``, continue) the run in ``run_dir`` on ``corpus``."""
+    run_dir = Path(run_dir)
+    config = config or TrainConfig()
+    log = log or (lambda message: None)
+    device = resolve_device(config.device)
+
+    if resume:
+        saved = checkpoint.read_config(run_dir)
+        model_config = check_resume(saved, corpus, model_config, config)
+        tokenizer = checkpoint.read_tokenizer(run_dir)
+        default_prime = saved.get("default_prime") or tokenizer.chars[0]
+    else:
+        tokenizer = CharTokenizer.from_text(corpus.train + corpus.val)
+        model_config = replace(model_config or ModelConfig(), vocab_size=tokenizer.vocab_size)
+        default_prime = "\n" if "\n" in tokenizer else corpus.train[0]
+
+    train_ids, val_ids = tokenizer.encode(corpus.train), tokenizer.encode(corpus.val)
+    need = min_train_chars(config.batch_size, config.bptt)
+    if len(train_ids) < need:
+        fits = max(1, len(train_ids) // (config.bptt + 1))
+        raise ChargenError(
+            f"the training text has {len(train_ids)} characters, but --batch-size {config.batch_size} "
+            f"x --bptt {config.bptt} needs at least {need}; give more text or use e.g. "
+            f"--batch-size {min(fits, config.batch_size)}"
+            + ("" if fits >= 1 and len(train_ids) > config.bptt else f" --bptt {max(1, len(train_ids) // 2 - 1)}")
+        )
+    if len(val_ids) < 2:
+        raise ChargenError("the validation text needs at least 2 characters")
+    streams = Streams(batchify(train_ids, config.batch_size, device))
+    val_streams = Streams(batchify(val_ids, eval_stream_count(len(val_ids)), device))
+    steps_per_epoch = math.ceil((streams.length - 1) / config.bptt)
+
+    torch.manual_seed(config.seed)
+    model = CharLSTM(model_config).to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.99))
+    rng = np.random.default_rng(config.seed)
+    requested = requested_steps(config, steps_per_epoch)
+    carry: State | None = None
+    if resume:
+        progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device)
+        if progress.requested_steps != requested:  # a new plan was asked for
+            progress.requested_steps = progress.total_steps = requested
+    else:
+        checkpoint.prepare_new_run(run_dir, force)
+        progress = Progress(total_steps=requested, requested_steps=requested)
+        checkpoint.write_tokenizer(run_dir, tokenizer)
+    config_record = run_config(model_config, config, corpus, default_prime, model.num_parameters())
+    checkpoint.write_config(run_dir, config_record | {"summary": summary(progress)})
+    metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
+    # A short plan gets a short warmup: at most a fifth of it.
+    warmup = min(config.warmup_steps, progress.requested_steps // 5)
+    schedule = WarmupDecay(config.lr, warmup, progress.total_steps, config.decay)
+
+    log(
+        f"{'resuming' if resume else 'training'} {run_dir}: {len(train_ids):,} training / "
+        f"{len(val_ids):,} validation chars, vocabulary {tokenizer.vocab_size}, "
+        f"{model.num_parameters():,} parameters, device {device}"
+    )
+    log(
+        f"plan: {progress.total_steps:,} steps of {config.batch_size} streams x {config.bptt} chars "
+        f"({progress.total_steps / steps_per_epoch:.2f} epochs), from step {progress.step:,}"
+        + (f", at most {config.max_time:g} s" if config.max_time else "")
+    )
+
+    history: list[dict] = []
+
+    def record(event: dict) -> None:
+        event = {"event": event.pop("event"), "step": progress.step, "epoch": round(epoch_float(), 4)} | event
+        metrics.write(event)
+        history.append(event)
+        if on_event is not None:
+            on_event(event)
+
+    def epoch_float() -> float:
+        return progress.epoch + progress.position / max(1, streams.length - 1)
+
+    def validate() -> float:
+        val_loss = evaluate(model, val_streams)
+        progress.last_val_loss = val_loss
+        is_best = progress.best_val_loss is None or val_loss < progress.best_val_loss
+        if is_best:
+            progress.best_val_loss = val_loss
+            checkpoint.save_tensors(run_dir / checkpoint.BEST, model.state_dict(), {"step": progress.step})
+        record({"event": "val", "val_loss": val_loss, "val_bpc": val_loss / LN2, "best": is_best,
+                "elapsed": round(progress.train_seconds, 2)})
+        log(f"step {progress.step:,}  epoch {epoch_float():.2f}  val loss {val_loss:.4f}  "
+            f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
+        if config.sample_chars:
+            text = "".join(p[0] for p in sample_text(
+                model, tokenizer, default_prime, config.sample_chars, temperature=0.8, seed=config.seed + progress.step))
+            log(f"--- sample ---\n{text}\n---")
+        model.train()
+        return val_loss
+
+    def save() -> None:
+        save_checkpoint(run_dir, model, optimizer, progress, carry, rng, config)
+        checkpoint.write_config(run_dir, config_record | {"summary": summary(progress)})
+
+    model.train()
+    stopped = "done"
+    start_step, invocation_start = progress.step, time.perf_counter()
+    last_tick = window_start = invocation_start
+    saved_at = validated_at = -1
+    calibrated = refined = config.max_time is None
+    loss_sum, loss_count, window_chars = torch.zeros((), device=device), 0, 0
+    bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", disable=not progress_bar,
+               dynamic_ncols=True, file=sys.stderr, mininterval=0.5)
+    with StopSignals(log) as signals, bar:
+        while progress.step < progress.total_steps and not signals.requested:
+            if streams.finished(progress.position):  # a new epoch starts from a zero state
+                progress.epoch, progress.position, carry = progress.epoch + 1, 0, None
+            length = chunk_length(rng, config.bptt, config.variable_bptt)
+            x, y = streams.chunk(progress.position, length)
+            lr = schedule.lr_at(progress.step) * x.shape[0] / config.bptt
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+
+            logits, carry = model(x, carry)
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+            optimizer.step()
+            carry = detach_state(carry)
+
+            progress.step += 1
+            progress.position += x.shape[0]
+            progress.chars_seen += x.numel()
+            loss_sum += loss.detach()
+            loss_count += 1
+            window_chars += x.numel()
+            now = time.perf_counter()
+            progress.train_seconds += now - last_tick
+            last_tick = now
+            bar.update(1)
+
+            if not calibrated and progress.step - start_step >= 25:
+                # Fit the plan to --max-time from the measured step time; until a validation
+                # is timed, guess it as a forward pass (about a third of a step per char).
+                step_seconds = (now - invocation_start) / (progress.step - start_step)
+                guess = len(val_ids) * step_seconds / x.numel() / 3
+                refit(progress, schedule, bar, config, now - invocation_start, step_seconds, guess)
+                calibrated = True
+
+            if progress.step % config.log_every == 0 or progress.step == progress.total_steps:
+                mean_loss = (loss_sum / loss_count).item()  # the loop's only read from the device
+                chars_per_s = window_chars / max(1e-9, now - window_start)
+                record({"event": "train", "loss": mean_loss, "bpc": mean_loss / LN2, "lr": lr,
+                        "chars_per_s": round(chars_per_s), "elapsed": round(progress.train_seconds, 2)})
+                bar.set_postfix(loss=f"{mean_loss:.3f}", bpc=f"{mean_loss / LN2:.3f}",
+                                chars_s=f"{chars_per_s:,.0f}", lr=f"{lr:.2e}")
+                loss_sum.zero_()
+                loss_count, window_chars, window_start = 0, 0, now
+
+            if progress.step % config.eval_every == 0 or progress.step == progress.total_steps:
+                validate()
+                save()
+                validated_at = saved_at = progress.step
+                if not refined:  # refit the --max-time plan with a measured validation
+                    step_seconds = (now - invocation_start) / (progress.step - start_step)
+                    refit(progress, schedule, bar, config, time.perf_counter() - invocation_start,
+                          step_seconds, time.perf_counter() - now)
+                    refined = True
+                last_tick = window_start = time.perf_counter()  # validation is not training time
+            if config.max_time is not None and time.perf_counter() - invocation_start >= config.max_time:
+                stopped = "time"
+                break
+        if signals.requested:
+            stopped = "interrupted"
+
+    if stopped == "time" and validated_at != progress.step:
+        validate()
+    if saved_at != progress.step:
+        save()
+    best = "n/a" if progress.best_val_loss is None else f"{progress.best_val_loss / LN2:.4f}"
+    verb = "finished" if stopped == "done" else f"stopped ({stopped})"
+    log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}; "
+        f"checkpoint in {run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
+    return TrainResult(run_dir, progress.step, progress.total_steps, epoch_float(),
+                       progress.best_val_loss, progress.last_val_loss, stopped, history)
+
+
+def refit(progress: Progress, schedule: WarmupDecay, bar: tqdm, config: TrainConfig, elapsed: float,
+          step_seconds: float, eval_seconds: float) -> None:
+    assert config.max_time is not None
+    total = fit_to_time(progress.total_steps, progress.step, config.max_time - elapsed, step_seconds,
+                        eval_seconds, config.eval_every)
+    progress.total_steps = schedule.total_steps = total
+    bar.total = total
+    bar.refresh()
+
+
+def summary(progress: Progress) -> dict:
+    best = progress.best_val_loss
+    return {
+        "step": progress.step,
+        "total_steps": progress.total_steps,
+        "chars_seen": progress.chars_seen,
+        "train_seconds": round(progress.train_seconds, 2),
+        "best_val_loss": best,
+        "best_val_bpc": None if best is None else best / LN2,
+    }

@@ -1,0 +1,51 @@
+import random
+from pathlib import Path
+
+import pytest
+
+from chargen import ModelConfig, TrainConfig
+
+WORDS = (
+    "the king and queen of england sat upon the throne while the fool sang of love "
+    "and war and wine; what light through yonder window breaks? it is the east"
+).split()
+
+
+def make_text(n_lines: int = 400, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n_lines):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(3, 9))]
+        lines.append(" ".join(words).capitalize() + rng.choice(".,;!?"))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "tiny.txt"
+    path.write_text(make_text(), encoding="utf-8")
+    return path
+
+
+def tiny_model(**overrides) -> ModelConfig:
+    return ModelConfig(**{"vocab_size": 1, "embedding": 8, "hidden": 24, "layers": 2, "dropout": 0.1, **overrides})
+
+
+def tiny_train(**overrides) -> TrainConfig:
+    settings = {"batch_size": 4, "bptt": 16, "steps": 12, "eval_every": 6, "log_every": 2,
+                "sample_chars": 20, "warmup_steps": 2, "device": "cpu", "seed": 7}
+    return TrainConfig(**{**settings, **overrides})
+
+
+TINY_FLAGS = ["--hidden", "24", "--layers", "1", "--embedding", "8", "--batch-size", "4", "--bptt", "16",
+              "--eval-every", "5", "--device", "cpu", "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, corpus_file) -> Path:
+    """A tiny run, trained once for the sampling and evaluation tests."""
+    from chargen import load_corpus, train
+
+    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    train(load_corpus(corpus_file), run_dir, tiny_model(), tiny_train(steps=30, eval_every=10))
+    return run_dir
