@@ -42,8 +42,15 @@ def positive_float(text: str) -> float:
     return value
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage mistakes get the same one-line form as every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="chargen",
         description="Train stateful character-level LSTMs on any text file, and sample from them.",
     )
@@ -204,7 +211,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a usage error already printed
+        return int(e.code or 0)
     try:
         return {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval}[args.command](args)
     except ChargenError as e:

@@ -296,12 +296,11 @@ def train(
     train_ids, val_ids = tokenizer.encode(corpus.train), tokenizer.encode(corpus.val)
     need = min_train_chars(config.batch_size, config.bptt)
     if len(train_ids) < need:
-        fits = max(1, len(train_ids) // (config.bptt + 1))
+        fits = len(train_ids) // (config.bptt + 1)
+        hint = f"--batch-size {fits}" if fits else f"--batch-size 1 --bptt {max(1, len(train_ids) - 1)}"
         raise ChargenError(
-            f"the training text has {len(train_ids)} characters, but --batch-size {config.batch_size} "
-            f"x --bptt {config.bptt} needs at least {need}; give more text or use e.g. "
-            f"--batch-size {min(fits, config.batch_size)}"
-            + ("" if fits >= 1 and len(train_ids) > config.bptt else f" --bptt {max(1, len(train_ids) // 2 - 1)}")
+            f"the training text has {len(train_ids):,} characters, but --batch-size {config.batch_size} "
+            f"x --bptt {config.bptt} needs at least {need:,}; give more text or use e.g. {hint}"
         )
     if len(val_ids) < 2:
         raise ChargenError("the validation text needs at least 2 characters")

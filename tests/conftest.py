@@ -2,8 +2,12 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from chargen import ModelConfig, TrainConfig
+
+# Tiny models run faster on one thread, and the suite does not fight other work for cores.
+torch.set_num_threads(1)
 
 WORDS = (
     "the king and queen of england sat upon the throne while the fool sang of love "

@@ -1,0 +1,164 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chargen.cli import main
+from conftest import TINY_FLAGS
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_clear_error(code, err, pattern):
+    import re
+
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and re.search(pattern, lines[0]), lines[0]
+
+
+def test_train_sample_eval_end_to_end(tmp_path, capsys, corpus_file):
+    run_dir = tmp_path / "run"
+    code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "10")
+    assert code == 0 and "finished at step 10" in err
+    code, out, _ = run(capsys, "sample", run_dir, "--prime", "The ", "--length", "40", "--seed", "1")
+    assert code == 0 and out.startswith("The ") and len(out) == len("The ") + 40 + 1
+    code, again, _ = run(capsys, "sample", run_dir, "--prime", "The ", "--length", "40", "--seed", "1")
+    assert again == out
+    code, out, _ = run(capsys, "sample", run_dir, "--length", "20", "--num-samples", "3", "--seed", "1")
+    assert code == 0 and out.count("--- sample") == 3
+    code, out, _ = run(capsys, "eval", run_dir, corpus_file)
+    assert code == 0 and "bpc" in out and "nats/char" in out
+    # --resume with a larger --steps continues the same run
+    code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "15", "--resume")
+    assert code == 0 and "from step 10" in err and "finished at step 15" in err
+
+
+def test_default_run_folder(tmp_path, capsys, corpus_file, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = run(capsys, "train", corpus_file, *TINY_FLAGS, "--steps", "2")
+    assert code == 0 and (tmp_path / "runs" / corpus_file.stem / "config.json").is_file()
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "short.txt").write_text("to be or not to be\n" * 5)
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 ".encode("latin-1") * 4000)
+    (tmp_path / "folder").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["train", "{d}/missing.txt"], "missing.txt: no such file"),
+        (["train", "{d}/folder"], "is a directory"),
+        (["train", "{d}/empty.txt"], "is empty"),
+        (["train", "{d}/short.txt"], r"needs at least [\d,]+; give more text or use e.g. --batch-size"),
+        (["train", "{d}/latin1.txt"], r"not valid utf-8: byte 0xe9 at offset 3 \(line 1\).*--encoding"),
+        (["train", "{d}/short.txt", "--batch-size", "0"], "--batch-size: must be positive"),
+        (["train", "{d}/short.txt", "--bptt", "-3"], "--bptt: must be positive"),
+        (["train", "{d}/short.txt", "--hidden", "zero"], "--hidden: 'zero' is not a whole number"),
+        (["train", "{d}/short.txt", "--dropout", "1.5"], "--dropout must be in"),
+        (["train", "{d}/short.txt", "--epochs", "2", "--steps", "5"], "not allowed with"),
+        (["sample", "{d}/nothing"], "no such run folder"),
+        (["sample", "{d}/folder"], "config.json is missing"),
+        (["train", "{d}/short.txt", "--out", "{d}/new", "--resume"], "no such run folder"),
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_2(capsys, files, args, pattern):
+    code, _, err = run(capsys, *[a.format(d=files) for a in args])
+    assert_clear_error(code, err, pattern)
+
+
+def test_encoding_flag_reads_other_encodings(tmp_path, capsys, files):
+    code, _, err = run(capsys, "train", files / "latin1.txt", "--encoding", "latin-1", "--out", tmp_path / "r",
+                       *TINY_FLAGS, "--steps", "2")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["--temperature", "-1"], "temperature must be 0 or more"),
+        (["--top-p", "0"], r"top-p must be in \(0, 1\]"),
+        (["--top-p", "1.2"], r"top-p must be in \(0, 1\]"),
+        (["--top-k", "-2"], "top-k"),
+        (["--prime", "QX#"], "never saw"),
+    ],
+)
+def test_bad_sampling_options(capsys, trained_run, args, pattern):
+    code, _, err = run(capsys, "sample", trained_run, *args)
+    assert_clear_error(code, err, pattern)
+
+
+def test_existing_run_is_refused_and_untouched(tmp_path, capsys, corpus_file):
+    run_dir = tmp_path / "run"
+    assert run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "2")[0] == 0
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "2")
+    assert_clear_error(code, err, "already holds a run; pass --resume .* --force")
+    assert before == {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "2", "--hidden", "32",
+                       "--resume")
+    assert_clear_error(code, err, "model settings differ")
+    assert run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "2", "--force")[0] == 0
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "config"])
+def test_corrupt_checkpoint_is_refused(tmp_path, capsys, trained_run, damage):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    best = run_dir / "best.safetensors"
+    data = bytearray(best.read_bytes())
+    if damage == "truncate":
+        best.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        data[-100] ^= 0x01
+        best.write_bytes(bytes(data))
+    elif damage == "garbage":
+        best.write_bytes(b"\x80\x04not a checkpoint")
+    else:
+        (run_dir / "config.json").write_text("{not json")
+    code, _, err = run(capsys, "sample", run_dir, "--length", "5")
+    assert_clear_error(code, err, "corrupt")
+
+
+def test_ctrl_c_saves_and_resume_finishes(tmp_path, corpus_file):
+    """A real Ctrl-C (SIGINT) in a real process: checkpoint saved, exit 130, no traceback;
+    the same command with --resume then finishes the plan."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "chargen", "train", str(corpus_file), "--out", str(run_dir), *TINY_FLAGS,
+           "--steps", "100000", "--eval-every", "100000"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 60
+    while not (run_dir / "config.json").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # let it take some steps
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "stopped (interrupted)" in err
+    assert (run_dir / "trainer" / "state.safetensors").is_file()
+    import json
+
+    step = json.loads((run_dir / "config.json").read_text())["summary"]["step"]
+    assert step > 0
+    done = subprocess.run([*cmd[:-4], "--steps", str(step + 5), "--resume"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"from step {step:,}" in done.stderr and f"finished at step {step + 5:,}" in done.stderr
+    assert Path(run_dir / "best.safetensors").is_file()

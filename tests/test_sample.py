@@ -1,0 +1,85 @@
+import pytest
+import torch
+
+import chargen
+from chargen import ChargenError
+from chargen.sample import pick_next
+from chargen.tokenizer import SPECIALS
+
+
+@pytest.fixture(scope="module")
+def model(trained_run):
+    return chargen.load(trained_run, device="cpu")
+
+
+def test_seeded_sampling_repeats(model):
+    a = model.generate("the ", 80, seed=5, temperature=1.0)
+    b = model.generate("the ", 80, seed=5, temperature=1.0)
+    c = model.generate("the ", 80, seed=6, temperature=1.0)
+    assert a == b and a != c and len(a) == 80
+
+
+def test_streamed_pieces_join_to_the_text(model):
+    pieces = list(model.stream("king", 60, seed=11))
+    assert len(pieces) == 60 and all(len(p) == 1 for p in pieces)
+    assert "".join(pieces) == model.generate("king", 60, seed=11)
+
+
+def test_batch_of_samples(model):
+    texts = model.generate_batch("", 50, num_samples=4, seed=1)
+    assert len(texts) == 4 and all(len(t) == 50 for t in texts)
+    assert len(set(texts)) > 1
+    steps = list(model.stream_batch("", 50, num_samples=4, seed=1))
+    assert ["".join(s[i] for s in steps) for i in range(4)] == texts
+
+
+def test_greedy_and_its_equivalents(model):
+    greedy = model.generate("and ", 40, temperature=0)
+    assert greedy == model.generate("and ", 40, temperature=0, seed=123)
+    assert model.generate("and ", 40, top_k=1, seed=9) == greedy
+    assert model.generate("and ", 40, top_p=1e-6, seed=9) == greedy
+
+
+def test_state_is_carried_not_refed(model):
+    """Each new character costs one one-step forward call after the prime."""
+    calls = []
+    hook = model.model.lstm.register_forward_hook(lambda m, args, out: calls.append(args[0].shape[0]))
+    try:
+        model.generate("the king", 30, seed=0)
+    finally:
+        hook.remove()
+    assert calls == [len("the king")] + [1] * 29
+
+
+def test_never_emits_specials(model):
+    text = "".join(model.generate_batch("", 300, num_samples=8, seed=3, temperature=3.0))
+    assert not any(s in text for s in SPECIALS)
+    assert set(text) <= set(model.tokenizer.chars)
+
+
+def test_bad_options(model):
+    with pytest.raises(ChargenError, match="never saw.*'Z'"):
+        model.generate("Zebra", 10)
+    with pytest.raises(ChargenError, match="temperature"):
+        model.generate("a", 10, temperature=-1)
+    with pytest.raises(ChargenError, match="top-p"):
+        model.generate("a", 10, top_p=1.5)
+    with pytest.raises(ChargenError, match="top-p"):
+        model.generate("a", 10, top_p=0)
+
+
+def test_top_k_and_top_p_filter():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(2000, 1)
+    picks = pick_next(logits, 1.0, 2, 1.0, gen)
+    assert set(picks.tolist()) == {0, 1}
+    picks = pick_next(logits, 1.0, 0, 0.7, gen)  # 0.5 + 0.3 reach 0.7: the rest are cut
+    assert set(picks.tolist()) == {0, 1}
+    picks = pick_next(logits, 1.0, 0, 1.0, gen)
+    assert set(picks.tolist()) == {0, 1, 2, 3}
+
+
+def test_evaluate(model, corpus_file):
+    result = model.evaluate(corpus_file.read_text()[-3000:])
+    assert result["chars"] == 3000 and result["bpc"] == pytest.approx(result["loss"] / 0.6931471805599453)
+    assert 0 < result["bpc"] < 5.2

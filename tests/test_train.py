@@ -1,0 +1,130 @@
+import os
+import signal
+from dataclasses import replace
+
+import pytest
+import torch
+
+from chargen import ChargenError, load_corpus, train
+from chargen.checkpoint import TRAINER, load_tensors, read_config
+from chargen.train import fit_to_time
+from conftest import tiny_model, tiny_train
+
+
+def weights(run_dir):
+    tensors, _ = load_tensors(run_dir / TRAINER)
+    return {k: v for k, v in tensors.items() if not k.startswith("rng/")}
+
+
+def interrupt_at(step):
+    """An on_event hook that sends this process SIGINT when training reaches ``step``,
+    exercising the real Ctrl-C path: stop after the step, save, return."""
+    def hook(event):
+        if event["event"] == "train" and event["step"] == step:
+            os.kill(os.getpid(), signal.SIGINT)
+    return hook
+
+
+@pytest.mark.parametrize("variable_bptt", [False, True])
+def test_resume_is_exact(tmp_path, corpus_file, variable_bptt):
+    """N steps, Ctrl-C, resume, N more == 2N steps straight: bit for bit, including the
+    carried LSTM state, optimizer moments, dropout and variable-BPTT random streams."""
+    corpus = load_corpus(corpus_file)
+    config = tiny_train(steps=24, eval_every=8, variable_bptt=variable_bptt)
+    straight = train(corpus, tmp_path / "straight", tiny_model(), config)
+    assert straight.stopped == "done" and straight.step == 24
+
+    first = train(corpus, tmp_path / "split", tiny_model(), config, on_event=interrupt_at(12))
+    assert first.stopped == "interrupted" and first.step == 12
+    assert "carry/h" in weights(tmp_path / "split")  # mid-epoch: the LSTM state was saved
+    second = train(corpus, tmp_path / "split", None, config, resume=True)
+    assert second.stopped == "done" and second.step == 24
+
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "split")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert second.best_val_loss == straight.best_val_loss
+
+
+def test_epochs_wrap_and_reset_state(tmp_path, corpus_file):
+    corpus = load_corpus(corpus_file)
+    result = train(corpus, tmp_path / "run", tiny_model(), tiny_train(steps=None, epochs=2.5, eval_every=1000))
+    assert 2.4 < result.epoch <= 2.6
+    epochs = [e["epoch"] for e in result.history if e["event"] == "train"]
+    assert epochs == sorted(epochs)
+
+
+def test_training_learns(tmp_path, corpus_file):
+    corpus = load_corpus(corpus_file)
+    result = train(corpus, tmp_path / "run", tiny_model(hidden=48),
+                   tiny_train(steps=150, eval_every=50, lr=1e-2, batch_size=8, bptt=32))
+    vals = [e["val_bpc"] for e in result.history if e["event"] == "val"]
+    assert vals[-1] < vals[0] - 0.5 and vals[-1] < 3.5  # uniform over ~35 characters is 5.1 bpc
+
+
+def test_run_folder_records(tmp_path, corpus_file):
+    run = tmp_path / "run"
+    train(load_corpus(corpus_file), run, tiny_model(), tiny_train(steps=12, eval_every=6))
+    config = read_config(run)
+    assert config["mode"] == "stream" and config["model"]["hidden"] == 24
+    assert config["summary"]["step"] == 12 and config["summary"]["best_val_bpc"] > 0
+    assert config["corpus"]["chars"] == len(corpus_file.read_text())
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert sum('"val"' in line for line in lines) == 2
+    for name in ("config.json", "tokenizer.json", "model.safetensors", "best.safetensors", TRAINER):
+        assert (run / name).is_file()
+    assert not [p for p in run.rglob("*.tmp")]
+
+
+def test_existing_run_is_not_overwritten(tmp_path, corpus_file):
+    corpus = load_corpus(corpus_file)
+    run = tmp_path / "run"
+    train(corpus, run, tiny_model(), tiny_train(steps=6))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(ChargenError, match="already holds a run.*--resume.*--force"):
+        train(corpus, run, tiny_model(), tiny_train(steps=6))
+    assert before == {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    train(corpus, run, tiny_model(), tiny_train(steps=6), force=True)
+
+
+def test_resume_refuses_a_different_text_or_layout(tmp_path, corpus_file):
+    corpus = load_corpus(corpus_file)
+    run = tmp_path / "run"
+    train(corpus, run, tiny_model(), tiny_train(steps=6))
+    other = replace(corpus, train=corpus.train[::-1], source={**corpus.source, "sha256": "x"})
+    with pytest.raises(ChargenError, match="different text"):
+        train(other, run, None, tiny_train(steps=12), resume=True)
+    with pytest.raises(ChargenError, match="--batch-size differs"):
+        train(corpus, run, None, tiny_train(steps=12, batch_size=5), resume=True)
+    with pytest.raises(ChargenError, match="model settings differ"):
+        train(corpus, run, tiny_model(hidden=32), tiny_train(steps=12), resume=True)
+
+
+def test_resume_needs_a_checkpoint(tmp_path, corpus_file):
+    with pytest.raises(ChargenError, match="no such run folder"):
+        train(load_corpus(corpus_file), tmp_path / "none", None, tiny_train(), resume=True)
+
+
+def test_text_shorter_than_a_batch(tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_text("abcdefghij" * 10)
+    with pytest.raises(ChargenError, match=r"needs at least 1,024.*--batch-size"):
+        train(load_corpus(path), tmp_path / "run", tiny_model(), tiny_train(batch_size=64, bptt=15))
+
+
+def test_max_time_fits_the_plan():
+    # 1000 steps asked, 0.1 s each, 30 s left, validation 2 s every 100 steps
+    assert fit_to_time(1000, 0, 30.0, 0.1, 2.0, 100) == 233
+    assert fit_to_time(100, 0, 30.0, 0.1, 2.0, 100) == 100  # never grows the plan
+    assert fit_to_time(1000, 50, 0.0, 0.1, 2.0, 100) == 51  # always at least one more step
+
+
+def test_max_time_stops_and_decays(tmp_path, corpus_file):
+    result = train(load_corpus(corpus_file), tmp_path / "run", tiny_model(),
+                   tiny_train(steps=10**6, max_time=3.0, eval_every=200))
+    assert result.stopped in ("done", "time")
+    assert result.total_steps < 10**6  # the plan was fitted to the time
+    assert result.history[-1]["event"] == "val"  # finished with a validation
+    lrs = [e["lr"] for e in result.history if e["event"] == "train"]
+    assert lrs[-1] < max(lrs)  # decaying towards the fitted end (how far depends on the machine's pace)
