@@ -50,7 +50,7 @@ except ImportError:  # not installed: fall back to the checkout this script live
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chargen.corpus import Streams, batchify
-from chargen.model import CharLSTM, ModelConfig, State, detach_state
+from chargen.model import CharLSTM, ModelConfig, detach_state
 from chargen.train import TrainConfig, param_groups
 
 GEMM_SIZE = 2048

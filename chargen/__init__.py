@@ -2,11 +2,11 @@
 
 __version__ = "0.1.0"
 
-from .api import TrainedModel, load  # noqa: E402
-from .corpus import CorpusText, load_corpus  # noqa: E402
-from .errors import ChargenError  # noqa: E402
-from .model import ModelConfig  # noqa: E402
-from .train import TrainConfig, TrainResult, train  # noqa: E402
+from .api import TrainedModel, load
+from .corpus import CorpusText, load_corpus
+from .errors import ChargenError
+from .model import ModelConfig
+from .train import TrainConfig, TrainResult, train
 
 __all__ = [
     "ChargenError",

@@ -44,7 +44,7 @@ class TrainedModel:
         length: int = 500,
         *,
         num_samples: int = 1,
-        temperature: float = 1.0,
+        temperature: float = 0.8,
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int | None = None,
@@ -64,7 +64,7 @@ class TrainedModel:
         """``num_samples`` continuations of ``prime`` (the prime itself not included)."""
         texts = [[] for _ in range(num_samples)]
         for pieces in self.stream_batch(prime, length, num_samples=num_samples, **options):
-            for text, piece in zip(texts, pieces):
+            for text, piece in zip(texts, pieces, strict=True):
                 text.append(piece)
         return ["".join(t) for t in texts]
 

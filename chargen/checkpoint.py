@@ -106,7 +106,7 @@ def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is no dict)
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise ChargenError(f"{path} is corrupt or not a checkpoint ({e}); retrain or restore it") from None
     if "sha256" not in meta or "chargen" not in meta:

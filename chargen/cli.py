@@ -65,7 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
         "streams and trained with truncated BPTT (the LSTM state carried from chunk to chunk). "
         "Progress, validation loss and samples are printed; checkpoints go to --out. "
         "Ctrl-C saves a checkpoint; the same command with --resume continues exactly.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     t.add_argument("text_file", metavar="TEXT_FILE", help="UTF-8 text to train on")
     t.add_argument("--out", metavar="RUN_DIR", help="run folder (default: runs/<name of TEXT_FILE>)")
@@ -74,10 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     data = t.add_argument_group("data")
     data.add_argument("--val-file", metavar="FILE", help="validation text (default: the tail of TEXT_FILE)")
     data.add_argument("--val-fraction", type=positive_float, default=0.05,
-                      help="share of TEXT_FILE held out for validation, from its end")
-    data.add_argument("--encoding", default="utf-8", help="text encoding of the files")
+                      help="share of TEXT_FILE held out for validation, from its end (default %(default)s)")
+    data.add_argument("--encoding", default="utf-8", help="text encoding of the files (default %(default)s)")
     data.add_argument("--errors", default="strict", choices=ERROR_POLICIES,
-                      help="what to do with bytes that are not valid in --encoding")
+                      help="what to do with bytes that are not valid in --encoding (default %(default)s)")
     model = t.add_argument_group("model (fixed once a run starts)")
     model.add_argument("--hidden", type=positive_int, help=f"LSTM units per layer (default {MODEL_DEFAULTS['hidden']})")
     model.add_argument("--layers", type=positive_int, help=f"LSTM layers (default {MODEL_DEFAULTS['layers']})")
@@ -109,29 +108,34 @@ def build_parser() -> argparse.ArgumentParser:
                      f"(default {d['sample_chars']}; 0 for none)")
     opt.add_argument("--device", help="auto (CUDA when present), cpu or cuda (default auto)")
     opt.add_argument("--seed", type=int, help=f"random seed (default {d['seed']})")
+    opt.add_argument("--precision", choices=("auto", "fp32", "bf16"),
+                     help="bf16 autocast or plain fp32; auto is bf16 where the CPU or GPU multiplies "
+                     "bf16 natively (default auto)")
     t.add_argument("--quiet", action="store_true", help="no progress bar or samples")
 
-    s = commands.add_parser("sample", help="print text sampled from a trained model",
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    s = commands.add_parser("sample", help="print text sampled from a trained model")
     s.add_argument("run_dir", metavar="RUN_DIR")
     s.add_argument("--prime", default="", help="text to start from (default: a fresh start)")
-    s.add_argument("--length", type=int, default=500, help="characters to generate per sample")
-    s.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is wilder")
-    s.add_argument("--top-k", type=int, default=0, help="sample only from the k likeliest (0: off)")
-    s.add_argument("--top-p", type=float, default=1.0, help="sample only from the top-p probability mass")
+    s.add_argument("--length", type=int, default=500, help="characters to generate per sample (default %(default)s)")
+    s.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is wilder (default %(default)s)")
+    s.add_argument("--top-k", type=int, default=0, help="sample only from the k likeliest (default 0: off)")
+    s.add_argument("--top-p", type=float, default=1.0,
+                   help="sample only from the top-p probability mass (default 1: off)")
     s.add_argument("--seed", type=int, help="random seed for a repeatable sample")
-    s.add_argument("--num-samples", type=int, default=1, help="samples drawn in parallel")
-    s.add_argument("--weights", choices=("best", "latest"), default="best")
-    s.add_argument("--device", default="auto")
+    s.add_argument("--num-samples", type=int, default=1, help="samples drawn in parallel (default %(default)s)")
+    s.add_argument("--weights", choices=("best", "latest"), default="best",
+                   help="best by validation (default) or the latest checkpoint")
+    s.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
 
-    e = commands.add_parser("eval", help="print a model's loss and bits per character on a text",
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    e = commands.add_parser("eval", help="print a model's loss and bits per character on a text")
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("text_file", metavar="TEXT_FILE")
-    e.add_argument("--encoding", default="utf-8")
-    e.add_argument("--errors", default="strict", choices=ERROR_POLICIES)
-    e.add_argument("--weights", choices=("best", "latest"), default="best")
-    e.add_argument("--device", default="auto")
+    e.add_argument("--encoding", default="utf-8", help="text encoding of TEXT_FILE (default utf-8)")
+    e.add_argument("--errors", default="strict", choices=ERROR_POLICIES,
+                   help="what to do with bytes that are not valid in --encoding (default strict)")
+    e.add_argument("--weights", choices=("best", "latest"), default="best",
+                   help="best by validation (default) or the latest checkpoint")
+    e.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
     return parser
 
 

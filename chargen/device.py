@@ -23,3 +23,25 @@ def resolve_device(name: str = "auto") -> torch.device:
     elif device.type != "cpu":
         raise ChargenError(f"unsupported device {name!r}; use auto, cpu or cuda")
     return device
+
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether the hardware multiplies bf16 natively (so bf16 autocast is a speedup, not
+    an emulated slowdown): Ampere+ GPUs, or CPUs with AVX512-BF16 or AMX."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for training, or None for plain fp32. ``auto`` picks bf16 where
+    the hardware has it (weights and optimizer state stay fp32 either way)."""
+    if name not in PRECISIONS:
+        raise ChargenError(f"--precision must be one of {', '.join(PRECISIONS)}, not {name!r}")
+    if name == "fp32" or (name == "auto" and not native_bf16(device)):
+        return None
+    return torch.bfloat16

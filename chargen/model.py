@@ -17,7 +17,7 @@ class ModelConfig:
     vocab_size: int
     embedding: int = 64
     hidden: int = 512
-    layers: int = 2
+    layers: int = 1
     dropout: float = 0.1
 
     def __post_init__(self) -> None:

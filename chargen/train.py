@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from . import __version__, checkpoint
 from .corpus import CorpusText, Streams, batchify, chunk_length, min_train_chars
-from .device import resolve_device
+from .device import resolve_device, resolve_precision
 from .errors import ChargenError
 from .model import CharLSTM, ModelConfig, State, detach_state
 from .sample import sample_text
@@ -35,7 +35,7 @@ LN2 = math.log(2)
 
 @dataclass
 class TrainConfig:
-    batch_size: int = 64
+    batch_size: int = 32
     bptt: int = 128
     variable_bptt: bool = False
     lr: float = 3e-3
@@ -51,6 +51,7 @@ class TrainConfig:
     sample_chars: int = 200
     seed: int = 1234
     device: str = "auto"
+    precision: str = "auto"  # bf16 autocast where the hardware has it, else fp32
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "bptt", "eval_every", "log_every"):
@@ -156,7 +157,9 @@ def requested_steps(config: TrainConfig, steps_per_epoch: int) -> int:
     return max(1, round(epochs * steps_per_epoch))
 
 
-def fit_to_time(total: int, step: int, seconds_left: float, step_seconds: float, eval_seconds: float, eval_every: int) -> int:
+def fit_to_time(
+    total: int, step: int, seconds_left: float, step_seconds: float, eval_seconds: float, eval_every: int
+) -> int:
     """The largest plan (never above ``total``) whose remaining steps and validations fit
     in ``seconds_left``: so with --max-time the schedule decays by the deadline instead of
     being cut off at its peak."""
@@ -232,7 +235,9 @@ def restore_checkpoint(
     return progress, carry
 
 
-def run_config(model_config: ModelConfig, config: TrainConfig, corpus: CorpusText, default_prime: str, n_params: int) -> dict:
+def run_config(
+    model_config: ModelConfig, config: TrainConfig, corpus: CorpusText, default_prime: str, n_params: int
+) -> dict:
     return {
         "chargen_version": __version__,
         "mode": "stream",
@@ -282,6 +287,7 @@ def train(
     config = config or TrainConfig()
     log = log or (lambda message: None)
     device = resolve_device(config.device)
+    autocast_dtype = resolve_precision(config.precision, device)
 
     if resume:
         saved = checkpoint.read_config(run_dir)
@@ -333,6 +339,7 @@ def train(
         f"{'resuming' if resume else 'training'} {run_dir}: {len(train_ids):,} training / "
         f"{len(val_ids):,} validation chars, vocabulary {tokenizer.vocab_size}, "
         f"{model.num_parameters():,} parameters, device {device}"
+        f"{' (bf16 autocast)' if autocast_dtype else ''}"
     )
     log(
         f"plan: {progress.total_steps:,} steps of {config.batch_size} streams x {config.bptt} chars "
@@ -364,8 +371,9 @@ def train(
         log(f"step {progress.step:,}  epoch {epoch_float():.2f}  val loss {val_loss:.4f}  "
             f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
         if config.sample_chars:
-            text = "".join(p[0] for p in sample_text(
-                model, tokenizer, default_prime, config.sample_chars, temperature=0.8, seed=config.seed + progress.step))
+            pieces = sample_text(model, tokenizer, default_prime, config.sample_chars, temperature=0.8,
+                                 seed=config.seed + progress.step)
+            text = "".join(p[0] for p in pieces)
             log(f"--- sample ---\n{text}\n---")
         model.train()
         return val_loss
@@ -379,10 +387,24 @@ def train(
     start_step, invocation_start = progress.step, time.perf_counter()
     last_tick = window_start = invocation_start
     saved_at = validated_at = -1
-    calibrated = refined = config.max_time is None
+    seconds_at_start = progress.train_seconds
+
+    def fit_plan(eval_seconds: float) -> None:
+        """Refit the plan (so the schedule) to what is left of --max-time, from the measured
+        time per training step and per validation; at most the plan that was asked for."""
+        step_seconds = (progress.train_seconds - seconds_at_start) / (progress.step - start_step)
+        seconds_left = config.max_time - (time.perf_counter() - invocation_start)
+        total = fit_to_time(progress.requested_steps, progress.step, seconds_left, step_seconds,
+                            eval_seconds, config.eval_every)
+        if abs(total - progress.total_steps) > progress.total_steps // 100:
+            log(f"plan fitted to --max-time {config.max_time:g}: {total:,} steps "
+                f"({step_seconds * 1000:.0f} ms a step, {eval_seconds:.1f} s a validation)")
+        progress.total_steps = schedule.total_steps = bar.total = total
+        bar.refresh()
+
     loss_sum, loss_count, window_chars = torch.zeros((), device=device), 0, 0
     bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", disable=not progress_bar,
-               dynamic_ncols=True, file=sys.stderr, mininterval=0.5)
+               dynamic_ncols=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30)
     with StopSignals(log) as signals, bar:
         while progress.step < progress.total_steps and not signals.requested:
             if streams.finished(progress.position):  # a new epoch starts from a zero state
@@ -393,8 +415,9 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = lr
 
-            logits, carry = model(x, carry)
-            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                logits, carry = model(x, carry)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
@@ -412,13 +435,10 @@ def train(
             last_tick = now
             bar.update(1)
 
-            if not calibrated and progress.step - start_step >= 25:
-                # Fit the plan to --max-time from the measured step time; until a validation
-                # is timed, guess it as a forward pass (about a third of a step per char).
-                step_seconds = (now - invocation_start) / (progress.step - start_step)
-                guess = len(val_ids) * step_seconds / x.numel() / 3
-                refit(progress, schedule, bar, config, now - invocation_start, step_seconds, guess)
-                calibrated = True
+            if config.max_time is not None and progress.step - start_step == 25:
+                # Until a validation has been timed, guess it as a forward pass over the
+                # validation text: about a third of a training step's time per character.
+                fit_plan(len(val_ids) * (now - invocation_start) / (25 * x.numel() * 3))
 
             if progress.step % config.log_every == 0 or progress.step == progress.total_steps:
                 mean_loss = (loss_sum / loss_count).item()  # the loop's only read from the device
@@ -434,11 +454,8 @@ def train(
                 validate()
                 save()
                 validated_at = saved_at = progress.step
-                if not refined:  # refit the --max-time plan with a measured validation
-                    step_seconds = (now - invocation_start) / (progress.step - start_step)
-                    refit(progress, schedule, bar, config, time.perf_counter() - invocation_start,
-                          step_seconds, time.perf_counter() - now)
-                    refined = True
+                if config.max_time is not None and progress.step < progress.total_steps:
+                    fit_plan(time.perf_counter() - now)
                 last_tick = window_start = time.perf_counter()  # validation is not training time
             if config.max_time is not None and time.perf_counter() - invocation_start >= config.max_time:
                 stopped = "time"
@@ -456,16 +473,6 @@ def train(
         f"checkpoint in {run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
     return TrainResult(run_dir, progress.step, progress.total_steps, epoch_float(),
                        progress.best_val_loss, progress.last_val_loss, stopped, history)
-
-
-def refit(progress: Progress, schedule: WarmupDecay, bar: tqdm, config: TrainConfig, elapsed: float,
-          step_seconds: float, eval_seconds: float) -> None:
-    assert config.max_time is not None
-    total = fit_to_time(progress.total_steps, progress.step, config.max_time - elapsed, step_seconds,
-                        eval_seconds, config.eval_every)
-    progress.total_steps = schedule.total_steps = total
-    bar.total = total
-    bar.refresh()
 
 
 def summary(progress: Progress) -> dict:

@@ -9,10 +9,11 @@ from chargen import ModelConfig, TrainConfig
 # Tiny models run faster on one thread, and the suite does not fight other work for cores.
 torch.set_num_threads(1)
 
-WORDS = (
+SENTENCE = (
     "the king and queen of england sat upon the throne while the fool sang of love "
     "and war and wine; what light through yonder window breaks? it is the east"
-).split()
+)
+WORDS = SENTENCE.split()
 
 
 def make_text(n_lines: int = 400, seed: int = 0) -> str:

@@ -162,3 +162,9 @@ def test_ctrl_c_saves_and_resume_finishes(tmp_path, corpus_file):
     assert done.returncode == 0, done.stderr
     assert f"from step {step:,}" in done.stderr and f"finished at step {step + 5:,}" in done.stderr
     assert Path(run_dir / "best.safetensors").is_file()
+
+
+@pytest.mark.parametrize("command", [[], ["train"], ["sample"], ["eval"]])
+def test_help(capsys, command):
+    code, out, _ = run(capsys, *command, "--help")
+    assert code == 0 and "usage: chargen" in out

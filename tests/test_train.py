@@ -25,12 +25,12 @@ def interrupt_at(step):
     return hook
 
 
-@pytest.mark.parametrize("variable_bptt", [False, True])
-def test_resume_is_exact(tmp_path, corpus_file, variable_bptt):
+@pytest.mark.parametrize("precision, variable_bptt", [("fp32", False), ("bf16", True)])
+def test_resume_is_exact(tmp_path, corpus_file, precision, variable_bptt):
     """N steps, Ctrl-C, resume, N more == 2N steps straight: bit for bit, including the
     carried LSTM state, optimizer moments, dropout and variable-BPTT random streams."""
     corpus = load_corpus(corpus_file)
-    config = tiny_train(steps=24, eval_every=8, variable_bptt=variable_bptt)
+    config = tiny_train(steps=24, eval_every=8, variable_bptt=variable_bptt, precision=precision)
     straight = train(corpus, tmp_path / "straight", tiny_model(), config)
     assert straight.stopped == "done" and straight.step == 24
 
@@ -116,7 +116,7 @@ def test_text_shorter_than_a_batch(tmp_path):
 def test_max_time_fits_the_plan():
     # 1000 steps asked, 0.1 s each, 30 s left, validation 2 s every 100 steps
     assert fit_to_time(1000, 0, 30.0, 0.1, 2.0, 100) == 233
-    assert fit_to_time(100, 0, 30.0, 0.1, 2.0, 100) == 100  # never grows the plan
+    assert fit_to_time(100, 0, 30.0, 0.1, 2.0, 100) == 100  # never beyond the plan asked for
     assert fit_to_time(1000, 50, 0.0, 0.1, 2.0, 100) == 51  # always at least one more step
 
 
@@ -128,3 +128,14 @@ def test_max_time_stops_and_decays(tmp_path, corpus_file):
     assert result.history[-1]["event"] == "val"  # finished with a validation
     lrs = [e["lr"] for e in result.history if e["event"] == "train"]
     assert lrs[-1] < max(lrs)  # decaying towards the fitted end (how far depends on the machine's pace)
+
+
+def test_precision_choice():
+    from chargen.device import resolve_precision
+
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", cpu) is None
+    assert resolve_precision("bf16", cpu) is torch.bfloat16
+    assert resolve_precision("auto", cpu) in (None, torch.bfloat16)
+    with pytest.raises(ChargenError, match="--precision must be one of"):
+        resolve_precision("fp8", cpu)

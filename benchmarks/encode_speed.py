@@ -1,0 +1,49 @@
+"""Bulk encoding speed: chargen's numpy lookup table against Hugging Face ``tokenizers``
+on the same text, and a check that both give the same ids.
+
+    python benchmarks/encode_speed.py [TEXT_FILE]   (default: corpora/shakespeare.txt)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from chargen.corpus import read_text
+from chargen.tokenizer import CharTokenizer
+
+
+def best_seconds(fn, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "corpora/shakespeare.txt")
+    text = read_text(path)
+    mb = len(text.encode("utf-8")) / 1e6
+    tok = CharTokenizer.from_text(text)
+    hf = CharTokenizer.load_hf(tok.to_json())
+    # tokenizers is slow per character: time it on a slice and scale, to keep the run short.
+    piece = text[: min(len(text), 500_000)]
+    piece_mb = len(piece.encode("utf-8")) / 1e6
+    fast = best_seconds(lambda: tok.encode(text))
+    slow = best_seconds(lambda: hf.encode(piece), repeats=1)
+    same = np.array_equal(np.asarray(hf.encode(piece).ids), tok.encode(piece))
+    print(f"text: {path} ({mb:.2f} MB, {len(text):,} chars, vocabulary {tok.vocab_size})\n")
+    print("| encoder | seconds | MB/s |")
+    print("|---|---|---|")
+    print(f"| chargen numpy table (whole text) | {fast:.3f} | {mb / fast:,.0f} |")
+    print(f"| tokenizers Tokenizer.encode ({piece_mb:.2f} MB slice) | {slow:.3f} | {piece_mb / slow:,.1f} |")
+    print(f"\nspeedup: {(mb / fast) / (piece_mb / slow):,.0f}x; identical ids on the slice: {same}")
+
+
+if __name__ == "__main__":
+    main()
