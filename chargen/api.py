@@ -33,11 +33,6 @@ class TrainedModel:
     def device(self) -> torch.device:
         return self.model.head.weight.device
 
-    def _prime(self, prime: str) -> tuple[str, str]:
-        """(what the model is fed, what the caller sees as the prime): an empty prime feeds
-        the run's default (a newline for most texts) and shows nothing."""
-        return (prime, prime) if prime else (self.default_prime, "")
-
     def stream_batch(
         self,
         prime: str = "",
@@ -51,8 +46,8 @@ class TrainedModel:
     ) -> Iterator[list[str]]:
         """Yields, for each step, the new character of each of ``num_samples`` samples,
         all drawn in parallel as one batch."""
-        fed, _ = self._prime(prime)
-        yield from sample_text(self.model, self.tokenizer, fed, length, num_samples=num_samples,
+        # An empty prime feeds the run's default (a newline for most texts), not shown.
+        yield from sample_text(self.model, self.tokenizer, prime or self.default_prime, length, num_samples=num_samples,
                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
 
     def stream(self, prime: str = "", length: int = 500, **options) -> Iterator[str]:

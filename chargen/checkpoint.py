@@ -20,8 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -40,17 +40,16 @@ BEST = "best.safetensors"
 TRAINER = "trainer/state.safetensors"
 METRICS = "metrics.jsonl"
 RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS)
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, then rename over ``path``: a reader
     (or a crash) sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # os.open rather than mkstemp: the file gets the usual umask permissions, not 0600.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a run folder is meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -75,6 +75,9 @@ def test_run_folder_records(tmp_path, corpus_file):
     for name in ("config.json", "tokenizer.json", "model.safetensors", "best.safetensors", TRAINER):
         assert (run / name).is_file()
     assert not [p for p in run.rglob("*.tmp")]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (run / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask  # shareable, not 0600
 
 
 def test_existing_run_is_not_overwritten(tmp_path, corpus_file):
