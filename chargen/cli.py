@@ -16,8 +16,8 @@ from .model import ModelConfig
 from .train import DEFAULT_EPOCHS, TrainConfig
 
 MODEL_FLAGS = ("embedding", "hidden", "layers", "dropout")
-# Flags that only change how long or how visibly a run goes on; on --resume, others
-# must match the saved run (checked in train) or are taken from it.
+# Flags left out on the command line are None, so that on --resume the saved run's values
+# stand; the defaults shown in --help come from the config dataclasses.
 TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 MODEL_DEFAULTS = {f.name: f.default for f in fields(ModelConfig) if f.name != "vocab_size"}
 
@@ -171,11 +171,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     corpus = load_corpus(args.text_file, val_path=args.val_file, val_fraction=args.val_fraction,
                          encoding=args.encoding, errors=args.errors)
     model_config, config = configs_from_args(args, run_dir)
-    if args.quiet:
-        config = replace(config, sample_chars=0)
 
     def log(message: str) -> None:
-        if not args.quiet or not message.startswith("---"):
+        if not (args.quiet and message.startswith("--- sample")):
             tqdm.write(message, file=sys.stderr)
 
     result = train(corpus, run_dir, model_config, config, resume=args.resume, force=args.force,
