@@ -7,6 +7,7 @@ best validation loss, as a Markdown table (what the README records for the quali
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def main() -> None:
         print(f"\nmedian training speed: {speeds[len(speeds) // 2]:,} chars/s")
     best = min((e["val_loss"] for e in events if e["event"] == "val"), default=None)
     if best is not None:
-        print(f"best validation loss: {best:.4f} nats/char ({best / 0.6931471805599453:.4f} bpc)")
+        print(f"best validation loss: {best:.4f} nats/char ({best / math.log(2):.4f} bpc)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,13 +9,12 @@ from pathlib import Path
 import torch
 
 from . import checkpoint
-from .corpus import Streams, batchify
 from .device import resolve_device
 from .errors import ChargenError
 from .model import CharLSTM, ModelConfig
 from .sample import sample_text
 from .tokenizer import CharTokenizer
-from .train import eval_stream_count, evaluate
+from .train import LN2, eval_streams, evaluate
 
 
 class TrainedModel:
@@ -47,13 +45,12 @@ class TrainedModel:
         """Yields, for each step, the new character of each of ``num_samples`` samples,
         all drawn in parallel as one batch."""
         # An empty prime feeds the run's default (a newline for most texts), not shown.
-        yield from sample_text(self.model, self.tokenizer, prime or self.default_prime, length, num_samples=num_samples,
+        return sample_text(self.model, self.tokenizer, prime or self.default_prime, length, num_samples=num_samples,
                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
 
     def stream(self, prime: str = "", length: int = 500, **options) -> Iterator[str]:
         """Yields the continuation of ``prime`` a character at a time (for live display)."""
-        for pieces in self.stream_batch(prime, length, num_samples=1, **options):
-            yield pieces[0]
+        return (pieces[0] for pieces in self.stream_batch(prime, length, num_samples=1, **options))
 
     def generate_batch(self, prime: str = "", length: int = 500, *, num_samples: int = 1, **options) -> list[str]:
         """``num_samples`` continuations of ``prime`` (the prime itself not included)."""
@@ -72,9 +69,8 @@ class TrainedModel:
         ids = self.tokenizer.encode_known(text, "evaluation text")
         if len(ids) < 2:
             raise ChargenError("the evaluation text needs at least 2 characters")
-        streams = Streams(batchify(ids, eval_stream_count(len(ids)), self.device))
-        loss = evaluate(self.model, streams)
-        return {"loss": loss, "bpc": loss / math.log(2), "chars": len(ids)}
+        loss = evaluate(self.model, eval_streams(ids, self.device))
+        return {"loss": loss, "bpc": loss / LN2, "chars": len(ids)}
 
 
 def load(run_dir: str | os.PathLike, device: str = "auto", weights: str = "best") -> TrainedModel:

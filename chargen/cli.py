@@ -190,8 +190,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     out = sys.stdout
     if args.num_samples == 1:  # stream it as it comes
+        pieces = model.stream(args.prime, args.length, **options)  # checks the prime first
         out.write(args.prime)
-        for piece in model.stream(args.prime, args.length, **options):
+        for piece in pieces:
             out.write(piece)
             out.flush()
         out.write("\n")

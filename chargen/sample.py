@@ -108,18 +108,12 @@ def sample_text(
     top_p: float = 1.0,
     seed: int | None = None,
 ) -> Iterator[list[str]]:
-    """Yields one list per step: the new character of every sample."""
+    """One list per step: the new character of every sample. The options and the prime are
+    checked now, not when the first character is asked for, so a bad prime fails before
+    anything is shown."""
     check_sampling(temperature, top_k, top_p, length, num_samples)
-    prime_ids = tokenizer.encode_known(prime, "prime text")
+    prime_ids = tokenizer.encode_known(prime, "prime text").tolist()
+    steps = sample_ids(model, prime_ids, length, num_samples=num_samples, temperature=temperature,
+                       top_k=top_k, top_p=top_p, seed=seed)
     chars = [""] * len(SPECIALS) + tokenizer.chars
-    for ids in sample_ids(
-        model,
-        prime_ids.tolist(),
-        length,
-        num_samples=num_samples,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-    ):
-        yield [chars[i] for i in ids.tolist()]
+    return ([chars[i] for i in ids.tolist()] for ids in steps)

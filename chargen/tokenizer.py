@@ -85,15 +85,16 @@ class CharTokenizer:
 
     def encode_known(self, text: str, what: str = "text") -> np.ndarray:
         """Like ``encode`` but refuses characters the model never saw, naming them."""
-        unknown = self.unknown_chars(text)
-        if unknown:
+        ids = self.encode(text)
+        if (ids == UNK_ID).any():
+            unknown = self.unknown_chars(text)
             shown = ", ".join(repr(c) for c in unknown[:10])
             more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
             raise ChargenError(
                 f"the {what} has characters the model never saw in training: {shown}{more}; "
                 "remove or replace them"
             )
-        return self.encode(text)
+        return ids
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         """Text for the ids; special tokens are dropped."""

@@ -127,10 +127,10 @@ class StopSignals:
             signal.signal(sig, handler)
 
 
-def eval_stream_count(n_tokens: int) -> int:
-    """Few, long validation streams: each starts from a zero state, which costs a little
-    loss at its start, so keep them thousands of characters long."""
-    return max(1, min(32, n_tokens // 4096))
+def eval_streams(ids: np.ndarray, device: torch.device) -> Streams:
+    """Validation text as few, long streams: each starts from a zero state, which costs a
+    little loss at its start, so keep them thousands of characters long."""
+    return Streams(batchify(ids, max(1, min(32, len(ids) // 4096)), device))
 
 
 @torch.inference_mode()
@@ -311,7 +311,7 @@ def train(
     if len(val_ids) < 2:
         raise ChargenError("the validation text needs at least 2 characters")
     streams = Streams(batchify(train_ids, config.batch_size, device))
-    val_streams = Streams(batchify(val_ids, eval_stream_count(len(val_ids)), device))
+    val_streams = eval_streams(val_ids, device)
     steps_per_epoch = math.ceil((streams.length - 1) / config.bptt)
 
     torch.manual_seed(config.seed)
@@ -388,6 +388,7 @@ def train(
     last_tick = window_start = invocation_start
     saved_at = validated_at = -1
     seconds_at_start = progress.train_seconds
+    eval_seconds: float | None = None  # measured once a validation has run
 
     def fit_plan(eval_seconds: float) -> None:
         """Refit the plan (so the schedule) to what is left of --max-time, from the measured
@@ -411,6 +412,8 @@ def train(
                 progress.epoch, progress.position, carry = progress.epoch + 1, 0, None
             length = chunk_length(rng, config.bptt, config.variable_bptt)
             x, y = streams.chunk(progress.position, length)
+            # A shorter chunk (variable BPTT, or the last of an epoch) gets a proportionally
+            # smaller step, as in AWD-LSTM: its mean loss rests on fewer characters.
             lr = schedule.lr_at(progress.step) * x.shape[0] / config.bptt
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -438,7 +441,8 @@ def train(
             if config.max_time is not None and progress.step - start_step == 25:
                 # Until a validation has been timed, guess it as a forward pass over the
                 # validation text: about a third of a training step's time per character.
-                fit_plan(len(val_ids) * (now - invocation_start) / (25 * x.numel() * 3))
+                guess = len(val_ids) * (now - invocation_start) / (25 * x.numel() * 3)
+                fit_plan(eval_seconds if eval_seconds is not None else guess)
 
             if progress.step % config.log_every == 0 or progress.step == progress.total_steps:
                 mean_loss = (loss_sum / loss_count).item()  # the loop's only read from the device
@@ -454,8 +458,9 @@ def train(
                 validate()
                 save()
                 validated_at = saved_at = progress.step
+                eval_seconds = time.perf_counter() - now
                 if config.max_time is not None and progress.step < progress.total_steps:
-                    fit_plan(time.perf_counter() - now)
+                    fit_plan(eval_seconds)
                 last_tick = window_start = time.perf_counter()  # validation is not training time
             if config.max_time is not None and time.perf_counter() - invocation_start >= config.max_time:
                 stopped = "time"

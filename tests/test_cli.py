@@ -1,4 +1,7 @@
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +21,6 @@ def run(capsys, *argv):
 
 
 def assert_clear_error(code, err, pattern):
-    import re
-
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
@@ -98,8 +99,9 @@ def test_encoding_flag_reads_other_encodings(tmp_path, capsys, files):
     ],
 )
 def test_bad_sampling_options(capsys, trained_run, args, pattern):
-    code, _, err = run(capsys, "sample", trained_run, *args)
+    code, out, err = run(capsys, "sample", trained_run, *args)
     assert_clear_error(code, err, pattern)
+    assert out == ""  # refused before anything (the prime included) is printed
 
 
 def test_existing_run_is_refused_and_untouched(tmp_path, capsys, corpus_file):
@@ -117,8 +119,6 @@ def test_existing_run_is_refused_and_untouched(tmp_path, capsys, corpus_file):
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "config"])
 def test_corrupt_checkpoint_is_refused(tmp_path, capsys, trained_run, damage):
-    import shutil
-
     run_dir = tmp_path / "run"
     shutil.copytree(trained_run, run_dir)
     best = run_dir / "best.safetensors"
@@ -153,8 +153,6 @@ def test_ctrl_c_saves_and_resume_finishes(tmp_path, corpus_file):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "stopped (interrupted)" in err
     assert (run_dir / "trainer" / "state.safetensors").is_file()
-    import json
-
     step = json.loads((run_dir / "config.json").read_text())["summary"]["step"]
     assert step > 0
     done = subprocess.run([*cmd[:-4], "--steps", str(step + 5), "--resume"], capture_output=True, text=True,

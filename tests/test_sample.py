@@ -59,6 +59,8 @@ def test_never_emits_specials(model):
 
 def test_bad_options(model):
     with pytest.raises(ChargenError, match="never saw.*'Z'"):
+        model.stream("Zebra", 10)  # refused when asked, not at the first character
+    with pytest.raises(ChargenError, match="never saw.*'Z'"):
         model.generate("Zebra", 10)
     with pytest.raises(ChargenError, match="temperature"):
         model.generate("a", 10, temperature=-1)
