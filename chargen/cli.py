@@ -13,6 +13,7 @@ from . import __version__, checkpoint
 from .corpus import ERROR_POLICIES, load_corpus, read_text
 from .errors import ChargenError
 from .model import ModelConfig
+from .schedule import DECAYS, SCALINGS
 from .train import DEFAULT_EPOCHS, TrainConfig
 
 MODEL_FLAGS = ("embedding", "hidden", "layers", "dropout")
@@ -89,10 +90,28 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"characters per chunk: how far back gradients flow (default {d['bptt']})")
     opt.add_argument("--variable-bptt", action="store_true", default=None,
                      help="vary the chunk length around --bptt (AWD-LSTM)")
-    opt.add_argument("--lr", type=positive_float, help=f"peak learning rate of AdamW (default {d['lr']})")
-    opt.add_argument("--warmup-steps", type=int, help=f"steps of linear warmup (default {d['warmup_steps']})")
-    opt.add_argument("--decay", choices=("cosine", "linear", "none"),
-                     help=f"learning-rate decay to the end of the plan (default {d['decay']})")
+    lr = t.add_argument_group(
+        "learning rate",
+        "The schedule is set once, at a base batch size, and carried to --batch-size by --lr-scaling. "
+        "LEGW (You et al. 2019): k times the batch gives sqrt(k) times the peak and k times the warmup "
+        "in epochs (the same number of updates), so a wider batch needs no re-tuning. "
+        "A linear warmup from 0, then a decay to a tenth of the peak at the end of the plan.",
+    )
+    lr.add_argument("--lr-scaling", choices=SCALINGS,
+                    help=f"how the base setting follows the batch size: legw (sqrt(k) peak, k x warmup epochs), "
+                    f"linear (k x peak, same warmup epochs) or none (default {d['lr_scaling']})")
+    lr.add_argument("--base-lr", "--lr", dest="base_lr", type=positive_float,
+                    help=f"peak learning rate of AdamW at the base batch size (default {d['base_lr']})")
+    lr.add_argument("--base-batch-size", type=positive_int,
+                    help=f"the batch size the base setting is for (default {d['base_batch_size']})")
+    warm = lr.add_mutually_exclusive_group()
+    warm.add_argument("--base-warmup-epochs", type=float, metavar="EPOCHS",
+                      help="warmup at the base batch size, in epochs")
+    warm.add_argument("--warmup-steps", type=int,
+                      help=f"warmup at the base batch size, in updates (default {d['warmup_steps']}; "
+                      "LEGW keeps this many updates at any batch size)")
+    lr.add_argument("--decay", choices=DECAYS,
+                    help=f"decay from the peak to the end of the plan; poly is quadratic (default {d['decay']})")
     opt.add_argument("--weight-decay", type=float, help=f"AdamW weight decay (default {d['weight_decay']})")
     opt.add_argument("--clip", type=positive_float, help=f"gradient-norm clipping (default {d['clip']})")
     plan = opt.add_mutually_exclusive_group()

@@ -10,6 +10,7 @@ row ``t - 1``, so the LSTM state at the end of one chunk is the right start for 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,12 @@ def load_corpus(
 def min_train_chars(batch_size: int, bptt: int) -> int:
     """The shortest training text that fills one batch: every stream needs bptt + 1."""
     return batch_size * (bptt + 1)
+
+
+def epoch_steps(n_chars: int, batch_size: int, bptt: int) -> int:
+    """Updates in one pass over ``n_chars`` cut into ``batch_size`` streams of ``bptt``-long
+    chunks (the last chunk of a pass may be shorter)."""
+    return max(1, math.ceil((n_chars // batch_size - 1) / bptt))
 
 
 def batchify(ids: np.ndarray, n_streams: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -21,12 +21,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import __version__, checkpoint
-from .corpus import CorpusText, Streams, batchify, chunk_length, min_train_chars
+from .corpus import CorpusText, Streams, batchify, chunk_length, epoch_steps, min_train_chars
 from .device import resolve_device, resolve_precision
 from .errors import ChargenError
 from .model import CharLSTM, ModelConfig, State, detach_state
 from .sample import sample_text
-from .schedule import WarmupDecay
+from .schedule import BatchScaling, WarmupDecay, format_schedule
 from .tokenizer import CharTokenizer
 
 DEFAULT_EPOCHS = 10
@@ -38,7 +38,12 @@ class TrainConfig:
     batch_size: int = 32
     bptt: int = 128
     variable_bptt: bool = False
-    lr: float = 3e-3
+    # The learning rate comes from a reference setting tuned at base_batch_size, carried
+    # to batch_size by lr_scaling (see chargen.schedule): LEGW by default.
+    lr_scaling: str = "legw"
+    base_batch_size: int = 32
+    base_lr: float = 3e-3
+    base_warmup_epochs: float | None = None  # None: warmup_steps updates at base_batch_size
     warmup_steps: int = 100
     decay: str = "cosine"
     weight_decay: float = 0.01
@@ -67,7 +72,17 @@ class TrainConfig:
             raise ChargenError(f"--weight-decay must be 0 or more, not {self.weight_decay}")
         if self.sample_chars < 0:
             raise ChargenError(f"--sample-chars must be 0 or more, not {self.sample_chars}")
-        WarmupDecay(self.lr, self.warmup_steps, 1, self.decay)  # validates lr, warmup, decay
+        if self.warmup_steps < 0:
+            raise ChargenError(f"--warmup-steps must be 0 or more, not {self.warmup_steps}")
+        self.scaling(1)  # validates the reference and the scheme
+        WarmupDecay(self.base_lr, self.warmup_steps, 1, self.decay)  # validates the decay
+
+    def scaling(self, base_steps_per_epoch: int) -> BatchScaling:
+        """The reference setting; a warmup given in steps becomes epochs at the base batch."""
+        warmup = self.base_warmup_epochs
+        if warmup is None:
+            warmup = self.warmup_steps / base_steps_per_epoch
+        return BatchScaling(self.lr_scaling, self.base_batch_size, self.base_lr, warmup)
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
@@ -312,11 +327,11 @@ def train(
         raise ChargenError("the validation text needs at least 2 characters")
     streams = Streams(batchify(train_ids, config.batch_size, device))
     val_streams = eval_streams(val_ids, device)
-    steps_per_epoch = math.ceil((streams.length - 1) / config.bptt)
+    steps_per_epoch = epoch_steps(len(train_ids), config.batch_size, config.bptt)
 
     torch.manual_seed(config.seed)
     model = CharLSTM(model_config).to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.99))
+    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.base_lr, betas=(0.9, 0.99))
     rng = np.random.default_rng(config.seed)
     requested = requested_steps(config, steps_per_epoch)
     carry: State | None = None
@@ -328,12 +343,18 @@ def train(
         checkpoint.prepare_new_run(run_dir, force)
         progress = Progress(total_steps=requested, requested_steps=requested)
         checkpoint.write_tokenizer(run_dir, tokenizer)
+    scaling = config.scaling(epoch_steps(len(train_ids), config.base_batch_size, config.bptt))
+    # A short plan gets a short warmup: at most half of it.
+    schedule = scaling.schedule(config.batch_size, steps_per_epoch, progress.total_steps, config.decay,
+                                max_warmup_steps=progress.requested_steps // 2)
     config_record = run_config(model_config, config, corpus, default_prime, model.num_parameters())
-    checkpoint.write_config(run_dir, config_record | {"summary": summary(progress)})
+
+    def write_config() -> None:
+        lr_record = scaling.describe(config.batch_size, steps_per_epoch, schedule)
+        checkpoint.write_config(run_dir, config_record | {"lr_schedule": lr_record, "summary": summary(progress)})
+
+    write_config()
     metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
-    # A short plan gets a short warmup: at most a fifth of it.
-    warmup = min(config.warmup_steps, progress.requested_steps // 5)
-    schedule = WarmupDecay(config.lr, warmup, progress.total_steps, config.decay)
 
     log(
         f"{'resuming' if resume else 'training'} {run_dir}: {len(train_ids):,} training / "
@@ -346,6 +367,9 @@ def train(
         f"({progress.total_steps / steps_per_epoch:.2f} epochs), from step {progress.step:,}"
         + (f", at most {config.max_time:g} s" if config.max_time else "")
     )
+    log(format_schedule(scaling.describe(config.batch_size, steps_per_epoch, schedule)))
+    if schedule.warmup_steps < round(scaling.warmup_epochs(config.batch_size) * steps_per_epoch):
+        log(f"warmup cut to {schedule.warmup_steps:,} steps: half of this short plan")
 
     history: list[dict] = []
 
@@ -380,7 +404,7 @@ def train(
 
     def save() -> None:
         save_checkpoint(run_dir, model, optimizer, progress, carry, rng, config)
-        checkpoint.write_config(run_dir, config_record | {"summary": summary(progress)})
+        write_config()
 
     model.train()
     stopped = "done"

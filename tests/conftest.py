@@ -38,7 +38,7 @@ def tiny_model(**overrides) -> ModelConfig:
 
 def tiny_train(**overrides) -> TrainConfig:
     settings = {"batch_size": 4, "bptt": 16, "steps": 12, "eval_every": 6, "log_every": 2,
-                "sample_chars": 20, "warmup_steps": 2, "device": "cpu", "seed": 7}
+                "sample_chars": 20, "warmup_steps": 2, "base_batch_size": 4, "device": "cpu", "seed": 7}
     return TrainConfig(**{**settings, **overrides})
 
 

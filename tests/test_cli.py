@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from chargen import checkpoint
 from chargen.cli import main
 from conftest import TINY_FLAGS
 
@@ -44,6 +45,19 @@ def test_train_sample_eval_end_to_end(tmp_path, capsys, corpus_file):
     assert code == 0 and "from step 10" in err and "finished at step 15" in err
 
 
+@pytest.mark.parametrize(
+    "flags, peak",
+    [(["--lr-scaling", "linear", "--base-lr", "0.001"], 0.004), (["--lr", "0.001"], 0.002)],  # default: legw
+)
+def test_lr_scaling_flags_reach_the_run(tmp_path, capsys, corpus_file, flags, peak):
+    run_dir = tmp_path / "run"
+    code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "4",
+                       "--base-batch-size", "1", *flags)  # TINY_FLAGS train at batch 4: k = 4
+    assert code == 0 and f"to batch 4 (k=4): peak {peak:g}" in err
+    lr = checkpoint.read_config(run_dir)["lr_schedule"]
+    assert lr["peak_lr"] == pytest.approx(peak) and lr["base_batch_size"] == 1 and lr["batch_size"] == 4
+
+
 def test_default_run_folder(tmp_path, capsys, corpus_file, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, _ = run(capsys, "train", corpus_file, *TINY_FLAGS, "--steps", "2")
@@ -72,6 +86,12 @@ def files(tmp_path):
         (["train", "{d}/short.txt", "--hidden", "zero"], "--hidden: 'zero' is not a whole number"),
         (["train", "{d}/short.txt", "--dropout", "1.5"], "--dropout must be in"),
         (["train", "{d}/short.txt", "--epochs", "2", "--steps", "5"], "not allowed with"),
+        (["train", "{d}/short.txt", "--lr-scaling", "sqrt"], "--lr-scaling: invalid choice"),
+        (["train", "{d}/short.txt", "--base-batch-size", "0"], "--base-batch-size: must be positive"),
+        (["train", "{d}/short.txt", "--base-batch-size", "1.5"], "--base-batch-size: '1.5' is not a whole"),
+        (["train", "{d}/short.txt", "--base-warmup-epochs", "-1"], "--base-warmup-epochs must be 0 or more"),
+        (["train", "{d}/short.txt", "--warmup-steps", "-1"], "--warmup-steps must be 0 or more"),
+        (["train", "{d}/short.txt", "--warmup-steps", "5", "--base-warmup-epochs", "1"], "not allowed with"),
         (["sample", "{d}/nothing"], "no such run folder"),
         (["sample", "{d}/folder"], "config.json is missing"),
         (["train", "{d}/short.txt", "--out", "{d}/new", "--resume"], "no such run folder"),

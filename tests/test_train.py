@@ -30,12 +30,14 @@ def test_resume_is_exact(tmp_path, corpus_file, precision, variable_bptt):
     """N steps, Ctrl-C, resume, N more == 2N steps straight: bit for bit, including the
     carried LSTM state, optimizer moments, dropout and variable-BPTT random streams."""
     corpus = load_corpus(corpus_file)
-    config = tiny_train(steps=24, eval_every=8, variable_bptt=variable_bptt, precision=precision)
+    # LEGW at twice the base batch, stopped mid-warmup: the lr sequence must carry on exactly.
+    config = tiny_train(steps=24, eval_every=8, variable_bptt=variable_bptt, precision=precision,
+                        batch_size=4, base_batch_size=2, warmup_steps=8)
     straight = train(corpus, tmp_path / "straight", tiny_model(), config)
     assert straight.stopped == "done" and straight.step == 24
 
-    first = train(corpus, tmp_path / "split", tiny_model(), config, on_event=interrupt_at(12))
-    assert first.stopped == "interrupted" and first.step == 12
+    first = train(corpus, tmp_path / "split", tiny_model(), config, on_event=interrupt_at(6))
+    assert first.stopped == "interrupted" and first.step == 6
     assert "carry/h" in weights(tmp_path / "split")  # mid-epoch: the LSTM state was saved
     second = train(corpus, tmp_path / "split", None, config, resume=True)
     assert second.stopped == "done" and second.step == 24
@@ -45,6 +47,10 @@ def test_resume_is_exact(tmp_path, corpus_file, precision, variable_bptt):
     for name in a:
         assert torch.equal(a[name], b[name]), name
     assert second.best_val_loss == straight.best_val_loss
+    lrs = [[e["lr"] for e in history if e["event"] == "train"]
+           for history in (straight.history, first.history + second.history)]
+    assert lrs[0] == lrs[1] and len(lrs[0]) == 12
+    assert lrs[0][:3] == sorted(lrs[0][:3]) and max(lrs[0]) == lrs[0][3]  # warmup peaks at step 8
 
 
 def test_epochs_wrap_and_reset_state(tmp_path, corpus_file):
@@ -58,7 +64,7 @@ def test_epochs_wrap_and_reset_state(tmp_path, corpus_file):
 def test_training_learns(tmp_path, corpus_file):
     corpus = load_corpus(corpus_file)
     result = train(corpus, tmp_path / "run", tiny_model(hidden=48),
-                   tiny_train(steps=150, eval_every=50, lr=1e-2, batch_size=8, bptt=32))
+                   tiny_train(steps=150, eval_every=50, base_lr=1e-2, base_batch_size=8, batch_size=8, bptt=32))
     vals = [e["val_bpc"] for e in result.history if e["event"] == "val"]
     assert vals[-1] < vals[0] - 0.5 and vals[-1] < 3.5  # uniform over ~35 characters is 5.1 bpc
 
@@ -70,6 +76,9 @@ def test_run_folder_records(tmp_path, corpus_file):
     assert config["mode"] == "stream" and config["model"]["hidden"] == 24
     assert config["summary"]["step"] == 12 and config["summary"]["best_val_bpc"] > 0
     assert config["corpus"]["chars"] == len(corpus_file.read_text())
+    lr = config["lr_schedule"]  # the effective values the scaling rule made of the reference
+    assert lr["scheme"] == "legw" and lr["k"] == 1 and lr["peak_lr"] == config["train"]["base_lr"]
+    assert lr["warmup_steps"] == 2 and lr["total_steps"] == 12 and lr["decay"] == "cosine"
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert sum('"val"' in line for line in lines) == 2
     for name in ("config.json", "tokenizer.json", "model.safetensors", "best.safetensors", TRAINER):
