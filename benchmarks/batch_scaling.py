@@ -164,7 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=Path("corpora/shakespeare.txt"))
     parser.add_argument("--base-batch", type=int, default=16, help="B0 (default %(default)s)")
-    parser.add_argument("--ks", type=int, nargs="+", default=[16, 4, 64], help="batch multiples (default 16 4 64)")
+    parser.add_argument("--ks", type=int, nargs="*", default=[16, 4, 64], help="batch multiples (default 16 4 64)")
     parser.add_argument("--schemes", nargs="+", default=["legw", "linear", "none"])
     parser.add_argument("--epochs", type=float, default=5.0, help="epochs for every run (default %(default)s)")
     parser.add_argument("--bptt", type=int, default=64, help="(default %(default)s)")

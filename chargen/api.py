@@ -11,10 +11,12 @@ import torch
 from . import checkpoint
 from .device import resolve_device
 from .errors import ChargenError
+from .feeds import eval_streams, evaluate_streams
+from .lines import LineItems, evaluate_items, split_items
 from .model import CharLSTM, ModelConfig
-from .sample import sample_text
+from .sample import collect, sample_lines, sample_text
 from .tokenizer import CharTokenizer
-from .train import LN2, eval_streams, evaluate
+from .train import LN2
 
 
 class TrainedModel:
@@ -25,7 +27,10 @@ class TrainedModel:
         self.tokenizer = tokenizer
         self.config = config
         self.run_dir = run_dir
-        self.default_prime: str = config.get("default_prime") or tokenizer.chars[0]
+        self.mode: str = config.get("mode", "stream")
+        # Lines mode starts every item from <bos>: no prime needed.
+        self.default_prime: str = "" if self.mode == "lines" else config.get("default_prime") or tokenizer.chars[0]
+        self._item_hashes: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -43,10 +48,13 @@ class TrainedModel:
         seed: int | None = None,
     ) -> Iterator[list[str]]:
         """Yields, for each step, the new character of each of ``num_samples`` samples,
-        all drawn in parallel as one batch."""
+        all drawn in parallel as one batch. In lines mode ``prime`` starts each item and
+        ``length`` caps it; a sample that has reached its end yields ""."""
+        options = dict(num_samples=num_samples, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        if self.mode == "lines":
+            return sample_lines(self.model, self.tokenizer, prime, length, **options)
         # An empty prime feeds the run's default (a newline for most texts), not shown.
-        return sample_text(self.model, self.tokenizer, prime or self.default_prime, length, num_samples=num_samples,
-                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        return sample_text(self.model, self.tokenizer, prime or self.default_prime, length, **options)
 
     def stream(self, prime: str = "", length: int = 500, **options) -> Iterator[str]:
         """Yields the continuation of ``prime`` a character at a time (for live display)."""
@@ -54,22 +62,33 @@ class TrainedModel:
 
     def generate_batch(self, prime: str = "", length: int = 500, *, num_samples: int = 1, **options) -> list[str]:
         """``num_samples`` continuations of ``prime`` (the prime itself not included)."""
-        texts = [[] for _ in range(num_samples)]
-        for pieces in self.stream_batch(prime, length, num_samples=num_samples, **options):
-            for text, piece in zip(texts, pieces, strict=True):
-                text.append(piece)
-        return ["".join(t) for t in texts]
+        return collect(self.stream_batch(prime, length, num_samples=num_samples, **options), num_samples)
+
+    def is_training_item(self, items: list[str]) -> list[bool]:
+        """Lines mode: for each item, whether it is in the training list verbatim."""
+        if self._item_hashes is None:
+            self._item_hashes = checkpoint.read_items(self.run_dir)
+        return checkpoint.known_items(self._item_hashes, items)
 
     def generate(self, prime: str = "", length: int = 500, **options) -> str:
         """One continuation of ``prime`` (the prime itself not included)."""
         return self.generate_batch(prime, length, num_samples=1, **options)[0]
 
     def evaluate(self, text: str) -> dict:
-        """Loss (nats/char) and bits per character of the model on ``text``."""
+        """Loss (nats/char) and bits per character of the model on ``text``; in lines mode
+        on its items, counting each item's characters and its end."""
+        if self.mode == "lines":
+            items = split_items(text)
+            if not items:
+                raise ChargenError("the evaluation text has no non-blank lines")
+            self.tokenizer.encode_known("".join(items), "evaluation text")
+            loss = evaluate_items(self.model, LineItems(items, self.tokenizer))
+            targets = sum(len(item) + 1 for item in items)
+            return {"loss": loss, "bpc": loss / LN2, "chars": targets, "items": len(items)}
         ids = self.tokenizer.encode_known(text, "evaluation text")
         if len(ids) < 2:
             raise ChargenError("the evaluation text needs at least 2 characters")
-        loss = evaluate(self.model, eval_streams(ids, self.device))
+        loss = evaluate_streams(self.model, eval_streams(ids, self.device))
         return {"loss": loss, "bpc": loss / LN2, "chars": len(ids)}
 
 

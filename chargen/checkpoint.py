@@ -24,6 +24,7 @@ import secrets
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
@@ -39,7 +40,8 @@ WEIGHTS = "model.safetensors"
 BEST = "best.safetensors"
 TRAINER = "trainer/state.safetensors"
 METRICS = "metrics.jsonl"
-RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS)
+ITEMS = "train_items.safetensors"  # lines mode: a hash of every training item
+RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS, ITEMS)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -230,3 +232,29 @@ class MetricsLog:
     def write(self, record: dict) -> None:
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+
+
+def _hashes(items: list[str]) -> np.ndarray:
+    digests = b"".join(hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                       for item in items)
+    return np.frombuffer(digests, dtype="<i8")
+
+
+def write_items(run_dir: Path, items: list[str]) -> None:
+    """A sorted 64-bit hash of every training item: enough to tell whether a sample is one
+    of them, at 8 bytes an item, without keeping the list."""
+    save_tensors(run_dir / ITEMS, {"hashes": torch.from_numpy(np.sort(_hashes(items)))}, {"items": len(items)})
+
+
+def read_items(run_dir: Path) -> torch.Tensor:
+    path = run_dir / ITEMS
+    if not path.exists():
+        raise ChargenError(f"{path} is missing: only a run trained in lines mode knows its training items")
+    return load_tensors(path)[0]["hashes"]
+
+
+def known_items(hashes: torch.Tensor, items: list[str]) -> list[bool]:
+    """For each item, whether it is one of the hashed ones."""
+    if not items:
+        return []
+    return torch.isin(torch.from_numpy(_hashes(items).copy()), hashes).tolist()

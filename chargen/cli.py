@@ -12,6 +12,7 @@ from pathlib import Path
 from . import __version__, checkpoint
 from .corpus import ERROR_POLICIES, load_corpus, read_text
 from .errors import ChargenError
+from .lines import MODES
 from .model import ModelConfig
 from .schedule import DECAYS, SCALINGS
 from .train import DEFAULT_EPOCHS, TrainConfig
@@ -72,7 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     t.add_argument("--force", action="store_true", help="replace a run already in --out")
     data = t.add_argument_group("data")
-    data.add_argument("--val-file", metavar="FILE", help="validation text (default: the tail of TEXT_FILE)")
+    data.add_argument("--mode", choices=MODES,
+                      help="stream: one long text, the LSTM state carried through it; lines: one item per "
+                      "line (names, titles), each from <bos> to <eos>; auto: lines when the file reads as "
+                      "a list of short items (no blank lines, short lines that do not run on), else stream. "
+                      "(default auto; on --resume, the run's)")
+    data.add_argument("--val-file", metavar="FILE",
+                      help="validation text (default: the tail of TEXT_FILE; in lines mode, random lines of it)")
     data.add_argument("--val-fraction", type=positive_float, default=0.05,
                       help="share of TEXT_FILE held out for validation, from its end (default %(default)s)")
     data.add_argument("--encoding", default="utf-8", help="text encoding of the files (default %(default)s)")
@@ -90,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"characters per chunk: how far back gradients flow (default {d['bptt']})")
     opt.add_argument("--variable-bptt", action="store_true", default=None,
                      help="vary the chunk length around --bptt (AWD-LSTM)")
+    opt.add_argument("--bucket-factor", type=positive_int, metavar="N",
+                     help=f"lines mode: sort N batches of items by length at a time, so each batch is padded "
+                     f"only to its own longest (default {d['bucket_factor']}; 1 is plain random batches)")
     lr = t.add_argument_group(
         "learning rate",
         "The schedule is set once, at a base batch size, and carried to --batch-size by --lr-scaling. "
@@ -134,14 +144,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = commands.add_parser("sample", help="print text sampled from a trained model")
     s.add_argument("run_dir", metavar="RUN_DIR")
-    s.add_argument("--prime", default="", help="text to start from (default: a fresh start)")
-    s.add_argument("--length", type=int, default=500, help="characters to generate per sample (default %(default)s)")
+    s.add_argument("--prime", default="",
+                   help="text to start from (default: a fresh start); in lines mode, how every item starts")
+    s.add_argument("--length", type=int, default=500,
+                   help="characters to generate per sample; in lines mode the most per item, which "
+                   "otherwise ends where the model ends it (default %(default)s)")
     s.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is wilder (default %(default)s)")
     s.add_argument("--top-k", type=int, default=0, help="sample only from the k likeliest (default 0: off)")
     s.add_argument("--top-p", type=float, default=1.0,
                    help="sample only from the top-p probability mass (default 1: off)")
     s.add_argument("--seed", type=int, help="random seed for a repeatable sample")
-    s.add_argument("--num-samples", type=int, default=1, help="samples drawn in parallel (default %(default)s)")
+    s.add_argument("--num-samples", type=int,
+                   help="samples drawn in parallel (default 1; in lines mode 10, one item per line)")
+    s.add_argument("--new-only", action="store_true",
+                   help="lines mode: drop samples that are in the training list verbatim, and say how many were new")
     s.add_argument("--weights", choices=("best", "latest"), default="best",
                    help="best by validation (default) or the latest checkpoint")
     s.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
@@ -187,8 +203,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .train import train
 
     run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file).stem
+    mode = args.mode
+    if mode is None and args.resume:
+        mode = checkpoint.read_config(run_dir).get("mode", "stream")
     corpus = load_corpus(args.text_file, val_path=args.val_file, val_fraction=args.val_fraction,
-                         encoding=args.encoding, errors=args.errors)
+                         encoding=args.encoding, errors=args.errors, mode=mode or "auto")
     model_config, config = configs_from_args(args, run_dir)
 
     def log(message: str) -> None:
@@ -204,10 +223,22 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from .api import load
     from .sample import check_sampling
 
-    check_sampling(args.temperature, args.top_k, args.top_p, args.length, args.num_samples)
+    check_sampling(args.temperature, args.top_k, args.top_p, args.length, args.num_samples or 1)
     model = load(args.run_dir, device=args.device, weights=args.weights)
     options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     out = sys.stdout
+    if model.mode == "lines":
+        n = args.num_samples or 10
+        items = [args.prime + text for text in model.generate_batch(args.prime, args.length, num_samples=n, **options)]
+        if args.new_only:
+            seen = model.is_training_item(items)
+            items = [item for item, old in zip(items, seen, strict=True) if not old]
+            print(f"{len(items)} of {n} samples are new (not in the training list)", file=sys.stderr)
+        out.write("".join(item + "\n" for item in items))
+        return 0
+    if args.new_only:
+        raise ChargenError("--new-only is for runs trained in lines mode; this run is one stream of text")
+    args.num_samples = args.num_samples or 1
     if args.num_samples == 1:  # stream it as it comes
         pieces = model.stream(args.prime, args.length, **options)  # checks the prime first
         out.write(args.prime)
@@ -228,7 +259,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model = load(args.run_dir, device=args.device, weights=args.weights)
     text = read_text(args.text_file, args.encoding, args.errors)
     result = model.evaluate(text)
-    print(f"loss {result['loss']:.4f} nats/char  bpc {result['bpc']:.4f}  over {result['chars']:,} chars")
+    over = f"{result['items']:,} items ({result['chars']:,} chars and ends)" if "items" in result \
+        else f"{result['chars']:,} chars"
+    print(f"loss {result['loss']:.4f} nats/char  bpc {result['bpc']:.4f}  over {over}")
     return 0
 
 

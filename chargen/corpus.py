@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .errors import ChargenError
+from .lines import MODES, detect_mode, split_items, split_train_val
 
 ERROR_POLICIES = ("strict", "replace", "ignore")
 
@@ -63,11 +64,22 @@ def fingerprint(text: str) -> str:
 
 @dataclass
 class CorpusText:
-    """Training and validation text, and where they came from."""
+    """Training and validation text, and where they came from. In lines mode the text is
+    also kept as its items (one per non-blank line); ``train``/``val`` join them with
+    line breaks."""
 
     train: str
     val: str
     source: dict
+    mode: str = "stream"
+    train_items: list[str] | None = None
+    val_items: list[str] | None = None
+
+    def vocabulary_text(self) -> str:
+        """Every character the model must know: the line breaks between items are not."""
+        if self.mode == "lines":
+            return "".join(self.train_items + self.val_items)
+        return self.train + self.val
 
 
 def load_corpus(
@@ -77,20 +89,41 @@ def load_corpus(
     val_fraction: float = 0.05,
     encoding: str = "utf-8",
     errors: str = "strict",
+    mode: str = "stream",
 ) -> CorpusText:
-    """Read a corpus; validation is ``val_path`` or else the last ``val_fraction`` of it."""
+    """Read a corpus. ``mode`` is stream (one long text), lines (one item per line) or auto
+    (lines when the file reads as a list of short items; ``source["mode_reason"]`` says why).
+    Validation is ``val_path``, or else ``val_fraction`` of it: the tail of a stream, a
+    random sample of the items of a list."""
+    if mode not in MODES:
+        raise ChargenError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     text = read_text(path, encoding, errors)
     source = {"path": str(path), "chars": len(text), "sha256": fingerprint(text)}
+    if mode == "auto":
+        mode, source["mode_reason"] = detect_mode(text)
+    val = None
     if val_path is not None:
         val = read_text(val_path, encoding, errors)
         source.update(val_path=str(val_path), val_chars=len(val), val_sha256=fingerprint(val))
-        return CorpusText(text, val, source)
-    if not 0.0 < val_fraction < 0.5:
+    elif not 0.0 < val_fraction < 0.5:
         raise ChargenError(f"--val-fraction must be between 0 and 0.5, not {val_fraction}")
+    else:
+        source["val_fraction"] = val_fraction
+    if mode == "lines":
+        items = split_items(text)
+        if val is not None:
+            train_items, val_items = items, split_items(val)
+            if not train_items or not val_items:
+                raise ChargenError("lines mode needs at least one non-blank line in the text and in --val-file")
+        else:
+            train_items, val_items = split_train_val(items, val_fraction)
+        source["items"] = len(train_items) + len(val_items)
+        return CorpusText("\n".join(train_items), "\n".join(val_items), source, mode, train_items, val_items)
+    if val is not None:
+        return CorpusText(text, val, source)
     n_val = max(2, round(len(text) * val_fraction))
     if len(text) - n_val < 2:
         raise ChargenError(f"{path} has only {len(text)} characters; a corpus needs far more")
-    source["val_fraction"] = val_fraction
     return CorpusText(text[:-n_val], text[-n_val:], source)
 
 

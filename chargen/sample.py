@@ -9,7 +9,7 @@ import torch
 
 from .errors import ChargenError
 from .model import CharLSTM, State
-from .tokenizer import SPECIALS, CharTokenizer
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, CharTokenizer
 
 
 def check_sampling(temperature: float, top_k: int, top_p: float, length: int, num_samples: int) -> None:
@@ -117,3 +117,47 @@ def sample_text(
                        top_k=top_k, top_p=top_p, seed=seed)
     chars = [""] * len(SPECIALS) + tokenizer.chars
     return ([chars[i] for i in ids.tolist()] for ids in steps)
+
+
+def sample_lines(
+    model: CharLSTM,
+    tokenizer: CharTokenizer,
+    prefix: str,
+    max_length: int,
+    *,
+    num_samples: int = 1,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+) -> Iterator[list[str]]:
+    """Lines mode: items started from ``<bos>`` and ``prefix``, each ending at its ``<eos>``
+    (or at ``max_length`` new characters). One list per step, the new character of every
+    sample: "" once a sample has ended. Stops when every sample has ended."""
+    check_sampling(temperature, top_k, top_p, max_length, num_samples)
+    prime_ids = [BOS_ID, *tokenizer.encode_known(prefix, "prefix").tolist()]
+    steps = sample_ids(model, prime_ids, max_length, num_samples=num_samples, temperature=temperature,
+                       top_k=top_k, top_p=top_p, seed=seed, banned_ids=(PAD_ID, UNK_ID, BOS_ID))
+    chars = [""] * len(SPECIALS) + tokenizer.chars
+
+    def pieces() -> Iterator[list[str]]:
+        ended = [False] * num_samples
+        for ids in steps:
+            out = []
+            for j, i in enumerate(ids.tolist()):
+                ended[j] = ended[j] or i == EOS_ID
+                out.append("" if ended[j] else chars[i])
+            yield out
+            if all(ended):
+                return
+
+    return pieces()
+
+
+def collect(pieces: Iterator[list[str]], num_samples: int) -> list[str]:
+    """The texts that a stream of per-step pieces spells out, one per sample."""
+    texts: list[list[str]] = [[] for _ in range(num_samples)]
+    for step in pieces:
+        for text, piece in zip(texts, step, strict=True):
+            text.append(piece)
+    return ["".join(t) for t in texts]

@@ -18,11 +18,13 @@ epochs by k in length and sqrt(k) in height, and against updates that leaves the
 length where it was while the peak rises. Linear and no scaling keep the warmup fixed in
 epochs, so at k times the batch they warm up in 1/k as many updates.
 
-The decay runs from the end of the warmup to the end of the plan, and every run in a
-comparison trains the same number of epochs (as the paper's comparisons do), so the
-decay's length in epochs is the plan's epochs less the warmup's, and it scales with the
-warmup: (E - k * W0) epochs for LEGW, (E - W0) for the others. In updates at batch k * B0
-that is 1/k of the base run's decay plus whatever the longer warmup took from it.
+The decay runs from the end of the warmup to the end of the plan. Every run in a
+comparison trains the same number of epochs E (as the paper's comparisons do), so a decay
+stretched k times in epochs as well would not end inside them; here the decay fills what
+the warmup leaves: (E - k * W0) epochs under LEGW, (E - W0) under the others. In updates
+at batch k * B0 that is 1/k of the base run's decay, less what the longer warmup (in
+epochs) took from it. The exponential decay is set the same way, by where it ends (a
+tenth of the peak by default) rather than by a fixed period.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The training loop: contiguous streams, truncated BPTT with the LSTM state carried
-(detached) from one chunk to the next, AdamW, clipping, a learning-rate schedule, periodic
-validation with the state carried through the whole validation text, and checkpoints
-that make ``resume`` continue exactly where training stopped.
+"""The training loop: batches from a feed (contiguous streams with truncated BPTT, the LSTM
+state carried and detached from one chunk to the next; or length-bucketed items, each from
+a zero state), AdamW, clipping, a learning-rate schedule scaled to the batch, periodic
+validation, and checkpoints that make ``resume`` continue exactly where training stopped.
 """
 
 from __future__ import annotations
@@ -21,15 +21,18 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import __version__, checkpoint
-from .corpus import CorpusText, Streams, batchify, chunk_length, epoch_steps, min_train_chars
+from .corpus import CorpusText
 from .device import resolve_device, resolve_precision
 from .errors import ChargenError
+from .feeds import LinesFeed, StreamFeed
+from .lines import IGNORE, LineItems
 from .model import CharLSTM, ModelConfig, State, detach_state
-from .sample import sample_text
+from .sample import collect, sample_lines, sample_text
 from .schedule import BatchScaling, WarmupDecay, format_schedule
 from .tokenizer import CharTokenizer
 
 DEFAULT_EPOCHS = 10
+LINE_SAMPLES = 8  # items printed at each validation in lines mode
 LN2 = math.log(2)
 
 
@@ -38,6 +41,7 @@ class TrainConfig:
     batch_size: int = 32
     bptt: int = 128
     variable_bptt: bool = False
+    bucket_factor: int = 50  # lines mode: batches per length-sorted superbatch
     # The learning rate comes from a reference setting tuned at base_batch_size, carried
     # to batch_size by lr_scaling (see chargen.schedule): LEGW by default.
     lr_scaling: str = "legw"
@@ -59,7 +63,7 @@ class TrainConfig:
     precision: str = "auto"  # bf16 autocast where the hardware has it, else fp32
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "bptt", "eval_every", "log_every"):
+        for name in ("batch_size", "bptt", "bucket_factor", "eval_every", "log_every"):
             if getattr(self, name) <= 0:
                 raise ChargenError(f"--{name.replace('_', '-')} must be positive, not {getattr(self, name)}")
         for name in ("epochs", "steps", "max_time", "clip"):
@@ -96,7 +100,7 @@ class Progress:
 
     step: int = 0
     epoch: int = 0
-    position: int = 0  # row of the streams the next chunk starts at
+    position: int = 0  # the next batch: a row of the streams, or (lines mode) a batch of the epoch
     total_steps: int = 0  # the plan, after fitting it to --max-time
     requested_steps: int = 0  # the plan as asked for by --steps / --epochs
     best_val_loss: float | None = None
@@ -140,29 +144,6 @@ class StopSignals:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-
-
-def eval_streams(ids: np.ndarray, device: torch.device) -> Streams:
-    """Validation text as few, long streams: each starts from a zero state, which costs a
-    little loss at its start, so keep them thousands of characters long."""
-    return Streams(batchify(ids, max(1, min(32, len(ids) // 4096)), device))
-
-
-@torch.inference_mode()
-def evaluate(model: CharLSTM, streams: Streams, bptt: int = 256) -> float:
-    """Mean loss (nats per character) over every target in ``streams``, state carried."""
-    was_training = model.training
-    model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=streams.data.device)
-    count, position, state = 0, 0, None
-    while not streams.finished(position):
-        x, y = streams.chunk(position, bptt)
-        logits, state = model(x, state)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
-        count += y.numel()
-        position += x.shape[0]
-    model.train(was_training)
-    return total.item() / count
 
 
 def requested_steps(config: TrainConfig, steps_per_epoch: int) -> int:
@@ -250,12 +231,21 @@ def restore_checkpoint(
     return progress, carry
 
 
+def make_feed(corpus: CorpusText, tokenizer: CharTokenizer, config: TrainConfig,
+              device: torch.device) -> StreamFeed | LinesFeed:
+    if corpus.mode == "lines":
+        return LinesFeed(LineItems(corpus.train_items, tokenizer), LineItems(corpus.val_items, tokenizer),
+                         config.batch_size, config.bucket_factor, config.seed, device)
+    return StreamFeed(tokenizer.encode(corpus.train), tokenizer.encode(corpus.val), config.batch_size,
+                      config.bptt, config.variable_bptt, device)
+
+
 def run_config(
     model_config: ModelConfig, config: TrainConfig, corpus: CorpusText, default_prime: str, n_params: int
 ) -> dict:
     return {
         "chargen_version": __version__,
-        "mode": "stream",
+        "mode": corpus.mode,
         "model": model_config.to_dict(),
         "train": asdict(config),
         "corpus": corpus.source,
@@ -272,14 +262,18 @@ def check_resume(saved: dict, corpus: CorpusText, model_config: ModelConfig | No
                 f"this run was trained on {saved['corpus'].get('path')} with a different text or "
                 "validation split; resume with the same file and split, or start a new run (--force)"
             )
+    if saved.get("mode", "stream") != corpus.mode:
+        raise ChargenError(f"this run was trained in {saved.get('mode', 'stream')} mode; resume it with --mode "
+                           f"{saved.get('mode', 'stream')}")
     saved_model = ModelConfig.from_dict(saved["model"])
     if model_config is not None and replace(model_config, vocab_size=saved_model.vocab_size) != saved_model:
         raise ChargenError("the model settings differ from the saved run's; drop them to resume as saved")
-    for name in ("batch_size", "bptt", "variable_bptt"):
+    layout = ("batch_size", "bucket_factor") if corpus.mode == "lines" else ("batch_size", "bptt", "variable_bptt")
+    for name in layout:
         if getattr(config, name) != saved["train"].get(name):
             raise ChargenError(
                 f"--{name.replace('_', '-')} differs from the saved run's ({saved['train'].get(name)}); "
-                "the streams would not line up, so resume with the saved value"
+                "the batches would not line up, so resume with the saved value"
             )
     return saved_model
 
@@ -308,26 +302,15 @@ def train(
         saved = checkpoint.read_config(run_dir)
         model_config = check_resume(saved, corpus, model_config, config)
         tokenizer = checkpoint.read_tokenizer(run_dir)
-        default_prime = saved.get("default_prime") or tokenizer.chars[0]
+        default_prime = saved.get("default_prime", "")
     else:
-        tokenizer = CharTokenizer.from_text(corpus.train + corpus.val)
+        tokenizer = CharTokenizer.from_text(corpus.vocabulary_text())
         model_config = replace(model_config or ModelConfig(), vocab_size=tokenizer.vocab_size)
-        default_prime = "\n" if "\n" in tokenizer else corpus.train[0]
+        # A stream starts best after a line break; an item starts from <bos> (no prime).
+        default_prime = "" if corpus.mode == "lines" else "\n" if "\n" in tokenizer else corpus.train[0]
 
-    train_ids, val_ids = tokenizer.encode(corpus.train), tokenizer.encode(corpus.val)
-    need = min_train_chars(config.batch_size, config.bptt)
-    if len(train_ids) < need:
-        fits = len(train_ids) // (config.bptt + 1)
-        hint = f"--batch-size {fits}" if fits else f"--batch-size 1 --bptt {max(1, len(train_ids) - 1)}"
-        raise ChargenError(
-            f"the training text has {len(train_ids):,} characters, but --batch-size {config.batch_size} "
-            f"x --bptt {config.bptt} needs at least {need:,}; give more text or use e.g. {hint}"
-        )
-    if len(val_ids) < 2:
-        raise ChargenError("the validation text needs at least 2 characters")
-    streams = Streams(batchify(train_ids, config.batch_size, device))
-    val_streams = eval_streams(val_ids, device)
-    steps_per_epoch = epoch_steps(len(train_ids), config.batch_size, config.bptt)
+    feed = make_feed(corpus, tokenizer, config, device)
+    steps_per_epoch = feed.steps_per_epoch
 
     torch.manual_seed(config.seed)
     model = CharLSTM(model_config).to(device)
@@ -343,7 +326,9 @@ def train(
         checkpoint.prepare_new_run(run_dir, force)
         progress = Progress(total_steps=requested, requested_steps=requested)
         checkpoint.write_tokenizer(run_dir, tokenizer)
-    scaling = config.scaling(epoch_steps(len(train_ids), config.base_batch_size, config.bptt))
+        if corpus.mode == "lines":
+            checkpoint.write_items(run_dir, corpus.train_items)
+    scaling = config.scaling(feed.steps_per_epoch_at(config.base_batch_size))
     # A short plan gets a short warmup: at most half of it.
     schedule = scaling.schedule(config.batch_size, steps_per_epoch, progress.total_steps, config.decay,
                                 max_warmup_steps=progress.requested_steps // 2)
@@ -356,14 +341,15 @@ def train(
     write_config()
     metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
 
+    if "mode_reason" in corpus.source:  # --mode auto chose
+        other = "stream" if corpus.mode == "lines" else "lines"
+        log(f"mode: {corpus.mode}: {corpus.source['mode_reason']} (--mode {other} to override)")
     log(
-        f"{'resuming' if resume else 'training'} {run_dir}: {len(train_ids):,} training / "
-        f"{len(val_ids):,} validation chars, vocabulary {tokenizer.vocab_size}, "
-        f"{model.num_parameters():,} parameters, device {device}"
-        f"{' (bf16 autocast)' if autocast_dtype else ''}"
+        f"{'resuming' if resume else 'training'} {run_dir}: {feed.describe()}, vocabulary {tokenizer.vocab_size}, "
+        f"{model.num_parameters():,} parameters, device {device}{' (bf16 autocast)' if autocast_dtype else ''}"
     )
     log(
-        f"plan: {progress.total_steps:,} steps of {config.batch_size} streams x {config.bptt} chars "
+        f"plan: {progress.total_steps:,} steps of {feed.batch_description()} "
         f"({progress.total_steps / steps_per_epoch:.2f} epochs), from step {progress.step:,}"
         + (f", at most {config.max_time:g} s" if config.max_time else "")
     )
@@ -381,10 +367,10 @@ def train(
             on_event(event)
 
     def epoch_float() -> float:
-        return progress.epoch + progress.position / max(1, streams.length - 1)
+        return progress.epoch + feed.epoch_fraction(progress.position)
 
     def validate() -> float:
-        val_loss = evaluate(model, val_streams)
+        val_loss = feed.evaluate(model)
         progress.last_val_loss = val_loss
         is_best = progress.best_val_loss is None or val_loss < progress.best_val_loss
         if is_best:
@@ -394,11 +380,14 @@ def train(
                 "elapsed": round(progress.train_seconds, 2)})
         log(f"step {progress.step:,}  epoch {epoch_float():.2f}  val loss {val_loss:.4f}  "
             f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
-        if config.sample_chars:
+        if config.sample_chars and corpus.mode == "lines":
+            pieces = sample_lines(model, tokenizer, "", config.sample_chars, num_samples=LINE_SAMPLES,
+                                  temperature=0.8, seed=config.seed + progress.step)
+            log("--- samples ---\n" + "\n".join(collect(pieces, LINE_SAMPLES)) + "\n---")
+        elif config.sample_chars:
             pieces = sample_text(model, tokenizer, default_prime, config.sample_chars, temperature=0.8,
                                  seed=config.seed + progress.step)
-            text = "".join(p[0] for p in pieces)
-            log(f"--- sample ---\n{text}\n---")
+            log(f"--- sample ---\n{collect(pieces, 1)[0]}\n---")
         model.train()
         return val_loss
 
@@ -432,31 +421,29 @@ def train(
                dynamic_ncols=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30)
     with StopSignals(log) as signals, bar:
         while progress.step < progress.total_steps and not signals.requested:
-            if streams.finished(progress.position):  # a new epoch starts from a zero state
-                progress.epoch, progress.position, carry = progress.epoch + 1, 0, None
-            length = chunk_length(rng, config.bptt, config.variable_bptt)
-            x, y = streams.chunk(progress.position, length)
+            batch = feed.next(progress, rng)
+            if batch.new_epoch or not feed.carries_state:  # an epoch (or an item) starts from zero
+                carry = None
             # A shorter chunk (variable BPTT, or the last of an epoch) gets a proportionally
             # smaller step, as in AWD-LSTM: its mean loss rests on fewer characters.
-            lr = schedule.lr_at(progress.step) * x.shape[0] / config.bptt
+            lr = schedule.lr_at(progress.step) * batch.lr_scale
             for group in optimizer.param_groups:
                 group["lr"] = lr
 
             with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                logits, carry = model(x, carry)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+                logits, carry = model(batch.x, carry)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
             optimizer.step()
-            carry = detach_state(carry)
+            carry = detach_state(carry) if feed.carries_state else None
 
             progress.step += 1
-            progress.position += x.shape[0]
-            progress.chars_seen += x.numel()
+            progress.chars_seen += batch.targets
             loss_sum += loss.detach()
             loss_count += 1
-            window_chars += x.numel()
+            window_chars += batch.targets
             now = time.perf_counter()
             progress.train_seconds += now - last_tick
             last_tick = now
@@ -465,7 +452,7 @@ def train(
             if config.max_time is not None and progress.step - start_step == 25:
                 # Until a validation has been timed, guess it as a forward pass over the
                 # validation text: about a third of a training step's time per character.
-                guess = len(val_ids) * (now - invocation_start) / (25 * x.numel() * 3)
+                guess = feed.val_targets * (now - invocation_start) / (25 * batch.targets * 3)
                 fit_plan(eval_seconds if eval_seconds is not None else guess)
 
             if progress.step % config.log_every == 0 or progress.step == progress.total_steps:

@@ -1,6 +1,9 @@
+import os
 import random
+import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -32,6 +35,12 @@ def corpus_file(tmp_path_factory) -> Path:
     return path
 
 
+def name_list(n: int = 400, seed: int = 0) -> list[str]:
+    """Made-up names, 2 to 13 letters: a list of short items for lines mode."""
+    rng = np.random.default_rng(seed)
+    return ["".join(rng.choice(list("aeioubdklmnrst"), size=rng.integers(2, 14))).title() for _ in range(n)]
+
+
 def tiny_model(**overrides) -> ModelConfig:
     return ModelConfig(**{"vocab_size": 1, "embedding": 8, "hidden": 24, "layers": 2, "dropout": 0.1, **overrides})
 
@@ -54,3 +63,12 @@ def trained_run(tmp_path_factory, corpus_file) -> Path:
     run_dir = tmp_path_factory.mktemp("runs") / "tiny"
     train(load_corpus(corpus_file), run_dir, tiny_model(), tiny_train(steps=30, eval_every=10))
     return run_dir
+
+
+def interrupt_at(step):
+    """An on_event hook that sends this process SIGINT when training reaches ``step``,
+    exercising the real Ctrl-C path: stop after the step, save, return."""
+    def hook(event):
+        if event["event"] == "train" and event["step"] == step:
+            os.kill(os.getpid(), signal.SIGINT)
+    return hook

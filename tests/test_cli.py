@@ -12,7 +12,7 @@ import pytest
 
 from chargen import checkpoint
 from chargen.cli import main
-from conftest import TINY_FLAGS
+from conftest import TINY_FLAGS, name_list
 
 
 def run(capsys, *argv):
@@ -87,6 +87,8 @@ def files(tmp_path):
         (["train", "{d}/short.txt", "--dropout", "1.5"], "--dropout must be in"),
         (["train", "{d}/short.txt", "--epochs", "2", "--steps", "5"], "not allowed with"),
         (["train", "{d}/short.txt", "--lr-scaling", "sqrt"], "--lr-scaling: invalid choice"),
+        (["train", "{d}/short.txt", "--mode", "words"], "--mode: invalid choice"),
+        (["train", "{d}/short.txt", "--bucket-factor", "0"], "--bucket-factor: must be positive"),
         (["train", "{d}/short.txt", "--base-batch-size", "0"], "--base-batch-size: must be positive"),
         (["train", "{d}/short.txt", "--base-batch-size", "1.5"], "--base-batch-size: '1.5' is not a whole"),
         (["train", "{d}/short.txt", "--base-warmup-epochs", "-1"], "--base-warmup-epochs must be 0 or more"),
@@ -186,3 +188,26 @@ def test_ctrl_c_saves_and_resume_finishes(tmp_path, corpus_file):
 def test_help(capsys, command):
     code, out, _ = run(capsys, *command, "--help")
     assert code == 0 and "usage: chargen" in out
+
+
+def test_lines_mode_from_the_command_line(tmp_path, capsys):
+    names = tmp_path / "names.txt"
+    names.write_text("\n".join(name_list(300)) + "\n")
+    run_dir = tmp_path / "run"
+    code, _, err = run(capsys, "train", names, "--out", run_dir, *TINY_FLAGS, "--steps", "6")
+    assert code == 0 and "mode: lines: 300 lines" in err and "(--mode stream to override)" in err
+    code, out, _ = run(capsys, "sample", run_dir, "--num-samples", "7", "--seed", "1", "--length", "30")
+    assert code == 0 and out.count("\n") == 7
+    code, out, err = run(capsys, "sample", run_dir, "--num-samples", "7", "--seed", "1", "--new-only")
+    new = re.fullmatch(r"(\d+) of 7 samples are new \(not in the training list\)\n", err)
+    assert code == 0 and new and out.count("\n") == int(new.group(1))
+    code, out, _ = run(capsys, "eval", run_dir, names)
+    assert code == 0 and re.search(r"over 300 items \([\d,]+ chars and ends\)", out)
+    # --resume keeps the run's mode without being told
+    code, _, err = run(capsys, "train", names, "--out", run_dir, *TINY_FLAGS, "--steps", "8", "--resume")
+    assert code == 0 and "mode: " not in err and "finished at step 8" in err
+
+
+def test_new_only_needs_lines_mode(capsys, trained_run):
+    code, _, err = run(capsys, "sample", trained_run, "--new-only")
+    assert_clear_error(code, err, "--new-only is for runs trained in lines mode")

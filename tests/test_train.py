@@ -1,5 +1,4 @@
 import os
-import signal
 from dataclasses import replace
 
 import pytest
@@ -8,21 +7,12 @@ import torch
 from chargen import ChargenError, load_corpus, train
 from chargen.checkpoint import TRAINER, load_tensors, read_config
 from chargen.train import fit_to_time
-from conftest import tiny_model, tiny_train
+from conftest import interrupt_at, tiny_model, tiny_train
 
 
 def weights(run_dir):
     tensors, _ = load_tensors(run_dir / TRAINER)
     return {k: v for k, v in tensors.items() if not k.startswith("rng/")}
-
-
-def interrupt_at(step):
-    """An on_event hook that sends this process SIGINT when training reaches ``step``,
-    exercising the real Ctrl-C path: stop after the step, save, return."""
-    def hook(event):
-        if event["event"] == "train" and event["step"] == step:
-            os.kill(os.getpid(), signal.SIGINT)
-    return hook
 
 
 @pytest.mark.parametrize("precision, variable_bptt", [("fp32", False), ("bf16", True)])

@@ -1,0 +1,111 @@
+"""Length bucketing in lines mode: padding, speed and quality against random batches.
+
+For each corpus of short items (one per line) it trains the same model for the same
+number of epochs with random batches (``--bucket-factor 1``: a batch is padded to its
+longest item) and with length-bucketed batches (superbatches of N batches sorted by
+length, N = 10, 50, 100), and reports per run: the share of padded positions over an
+epoch's batches, training chars/s counting real characters only (each item's characters
+and its end), the ratio to random batching, and the validation bpc after those epochs.
+
+Corpora:
+- speeches: every speech of corpora/shakespeare.txt as one line ("SPEAKER: text", its
+  verse lines joined by spaces), a few characters to a few thousand: widely varying;
+- names: corpora/first_names.txt, 2 to 15 characters.
+
+    python benchmarks/bucketing.py                  # ~15 min on 2 cores
+    python benchmarks/bucketing.py --quick          # a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+try:
+    import chargen  # noqa: F401
+except ImportError:  # not installed: fall back to the checkout this script lives in
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from chargen import load_corpus, train
+from chargen.lines import epoch_batches, padded_share
+from chargen.model import ModelConfig
+from chargen.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def speeches(text: str) -> list[str]:
+    """Each speech (a block between blank lines) as one line."""
+    blocks = [[line.strip() for line in block.split("\n") if line.strip()] for block in text.split("\n\n")]
+    return [" ".join(block) for block in blocks if block]
+
+
+def one_run(corpus, name: str, factor: int, args: argparse.Namespace, out: Path) -> dict:
+    lengths = np.array([len(item) + 1 for item in corpus.train_items])
+    share = padded_share(lengths, epoch_batches(lengths, args.batch, factor, args.seed, 0))
+    config = TrainConfig(batch_size=args.batch, base_batch_size=args.batch, bucket_factor=factor,
+                         epochs=args.epochs[name], eval_every=10**9, log_every=50, sample_chars=0, seed=args.seed,
+                         precision=args.precision)
+    model = ModelConfig(vocab_size=1, embedding=64, hidden=args.hidden, layers=1, dropout=0.1)
+    result = train(corpus, out / f"{name}-N{factor}", model, config, force=True)
+    summary = json.loads((out / f"{name}-N{factor}" / "config.json").read_text())["summary"]
+    row = {"corpus": name, "bucket_factor": factor, "padded_share": share, "steps": result.step,
+           "train_seconds": summary["train_seconds"], "chars_per_s": summary["chars_seen"] / summary["train_seconds"],
+           "val_bpc": result.last_val_loss / math.log(2)}
+    print(f"{name} N={factor}: padded {share:.1%}, {row['chars_per_s']:,.0f} chars/s, val bpc {row['val_bpc']:.4f}",
+          flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--factors", type=int, nargs="+", default=[1, 10, 50, 100])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--speeches-epochs", type=float, default=1.0)
+    parser.add_argument("--names-epochs", type=float, default=20.0)
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--quick", action="store_true", help="a smoke test: tiny epochs")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args()
+    args.epochs = {"speeches": args.speeches_epochs, "names": args.names_epochs}
+    if args.quick:
+        args.epochs = {"speeches": 0.02, "names": 0.5}
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        speech_file = tmp / "speeches.txt"
+        speech_file.write_text("\n".join(speeches((ROOT / "corpora/shakespeare.txt").read_text())) + "\n")
+        files = {"speeches": speech_file, "names": ROOT / "corpora/first_names.txt"}
+        for name, path in files.items():
+            corpus = load_corpus(path, mode="lines")
+            n = np.array([len(i) for i in corpus.train_items])
+            print(f"{name}: {len(n):,} training items, {n.sum():,} chars; length median {np.median(n):.0f}, "
+                  f"5%-95% {np.percentile(n, 5):.0f}-{np.percentile(n, 95):.0f}, max {n.max():,}", flush=True)
+            for factor in args.factors:
+                rows.append(one_run(corpus, name, factor, args, tmp))
+
+    print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, "
+          f"1x{args.hidden} LSTM, epochs {args.epochs}\n")
+    print("| corpus | batches | padded share | real chars/s | × random | val bpc | train time (s) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        random = next(r for r in rows if r["corpus"] == row["corpus"] and r["bucket_factor"] == 1)
+        kind = "random (N=1)" if row["bucket_factor"] == 1 else f"bucketed, N={row['bucket_factor']}"
+        print(f"| {row['corpus']} | {kind} | {row['padded_share']:.1%} | {row['chars_per_s']:,.0f} | "
+              f"{row['chars_per_s'] / random['chars_per_s']:.2f} | {row['val_bpc']:.4f} | {row['train_seconds']:.0f} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""What the training loop eats: batches, epochs and validation, for each way of reading a
+corpus. The loop asks a feed for the next batch and the feed keeps its place in
+``progress.epoch`` / ``progress.position``, so a resumed run picks up the very next batch.
+
+- ``StreamFeed`` (``--mode stream``): one long text cut into contiguous streams, walked
+  ``bptt`` rows at a time; the LSTM state is carried from chunk to chunk.
+- ``LinesFeed`` (``--mode lines``): independent items in length-bucketed batches, each
+  item from a zero state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .corpus import Streams, batchify, chunk_length, epoch_steps, min_train_chars
+from .errors import ChargenError
+from .lines import LineItems, epoch_batches, epoch_length, evaluate_items
+from .model import CharLSTM
+
+
+@dataclass
+class Batch:
+    x: torch.Tensor  # (time, batch) inputs
+    y: torch.Tensor  # (time, batch) targets; IGNORE where padded
+    targets: int  # real (unpadded) targets in the batch
+    lr_scale: float  # a shorter chunk than bptt gets a proportionally smaller step
+    new_epoch: bool  # the batch starts an epoch: no state carries into it
+
+
+def eval_streams(ids: np.ndarray, device: torch.device) -> Streams:
+    """Validation text as few, long streams: each starts from a zero state, which costs a
+    little loss at its start, so keep them thousands of characters long."""
+    return Streams(batchify(ids, max(1, min(32, len(ids) // 4096)), device))
+
+
+@torch.inference_mode()
+def evaluate_streams(model: CharLSTM, streams: Streams, bptt: int = 256) -> float:
+    """Mean loss (nats per character) over every target in ``streams``, state carried."""
+    was_training = model.training
+    model.eval()
+    total = torch.zeros((), dtype=torch.float64, device=streams.data.device)
+    count, position, state = 0, 0, None
+    while not streams.finished(position):
+        x, y = streams.chunk(position, bptt)
+        logits, state = model(x, state)
+        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
+        count += y.numel()
+        position += x.shape[0]
+    model.train(was_training)
+    return total.item() / count
+
+
+class StreamFeed:
+    carries_state = True
+
+    def __init__(self, train_ids: np.ndarray, val_ids: np.ndarray, batch_size: int, bptt: int,
+                 variable_bptt: bool, device: torch.device) -> None:
+        need = min_train_chars(batch_size, bptt)
+        if len(train_ids) < need:
+            fits = len(train_ids) // (bptt + 1)
+            hint = f"--batch-size {fits}" if fits else f"--batch-size 1 --bptt {max(1, len(train_ids) - 1)}"
+            raise ChargenError(
+                f"the training text has {len(train_ids):,} characters, but --batch-size {batch_size} "
+                f"x --bptt {bptt} needs at least {need:,}; give more text or use e.g. {hint}"
+            )
+        if len(val_ids) < 2:
+            raise ChargenError("the validation text needs at least 2 characters")
+        self.streams = Streams(batchify(train_ids, batch_size, device))
+        self.val_streams = eval_streams(val_ids, device)
+        self.bptt, self.variable_bptt = bptt, variable_bptt
+        self.n_train, self.val_targets = len(train_ids), len(val_ids) - 1
+        self.steps_per_epoch = self.steps_per_epoch_at(batch_size)
+
+    def steps_per_epoch_at(self, batch_size: int) -> int:
+        return epoch_steps(self.n_train, batch_size, self.bptt)
+
+    def describe(self) -> str:
+        return f"{self.n_train:,} training / {self.val_targets + 1:,} validation chars"
+
+    def batch_description(self) -> str:
+        return f"{self.streams.n_streams} streams x {self.bptt} chars"
+
+    def next(self, progress, rng: np.random.Generator) -> Batch:
+        new_epoch = progress.position == 0
+        if self.streams.finished(progress.position):
+            progress.epoch, progress.position, new_epoch = progress.epoch + 1, 0, True
+        x, y = self.streams.chunk(progress.position, chunk_length(rng, self.bptt, self.variable_bptt))
+        progress.position += x.shape[0]
+        return Batch(x, y, x.numel(), x.shape[0] / self.bptt, new_epoch)
+
+    def epoch_fraction(self, position: int) -> float:
+        return position / max(1, self.streams.length - 1)
+
+    def evaluate(self, model: CharLSTM) -> float:
+        return evaluate_streams(model, self.val_streams)
+
+
+class LinesFeed:
+    carries_state = False
+
+    def __init__(self, train_items: LineItems, val_items: LineItems, batch_size: int, bucket_factor: int,
+                 seed: int, device: torch.device) -> None:
+        if bucket_factor < 1:
+            raise ChargenError(f"--bucket-factor must be at least 1, not {bucket_factor}")
+        self.items, self.val_items = train_items, val_items
+        self.batch_size, self.bucket_factor, self.seed, self.device = batch_size, bucket_factor, seed, device
+        self.steps_per_epoch = self.steps_per_epoch_at(batch_size)
+        self.val_targets = int(val_items.lengths.sum())
+        self._epoch: int | None = None
+        self._batches: list[np.ndarray] = []
+
+    def steps_per_epoch_at(self, batch_size: int) -> int:
+        return epoch_length(len(self.items), batch_size, self.bucket_factor)
+
+    def describe(self) -> str:
+        chars = int(self.items.n_chars.sum())
+        return (f"{len(self.items):,} training items ({chars:,} chars, {chars / len(self.items):.1f} on average, "
+                f"longest {int(self.items.n_chars.max()):,}) / {len(self.val_items):,} validation items")
+
+    def batch_description(self) -> str:
+        return f"{self.batch_size} items (length-bucketed, superbatches of {self.bucket_factor} batches)"
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._batches = epoch_batches(self.items.lengths, self.batch_size, self.bucket_factor, self.seed, epoch)
+        return self._batches
+
+    def next(self, progress, rng: np.random.Generator) -> Batch:
+        if progress.position >= self.steps_per_epoch:
+            progress.epoch, progress.position = progress.epoch + 1, 0
+        index = self.batches(progress.epoch)[progress.position]
+        progress.position += 1
+        x, y = self.items.batch(index, self.device)
+        return Batch(x, y, int(self.items.lengths[index].sum()), 1.0, True)
+
+    def epoch_fraction(self, position: int) -> float:
+        return position / self.steps_per_epoch
+
+    def evaluate(self, model: CharLSTM) -> float:
+        return evaluate_items(model, self.val_items)
+

@@ -1,0 +1,182 @@
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from chargen import ChargenError, load_corpus, train
+from chargen.checkpoint import ITEMS, read_config
+from chargen.lines import (
+    IGNORE,
+    LineItems,
+    detect_mode,
+    epoch_batches,
+    epoch_length,
+    padded_share,
+    split_items,
+    split_train_val,
+)
+from chargen.model import CharLSTM, ModelConfig
+from chargen.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, CharTokenizer
+from conftest import interrupt_at, make_text, name_list, tiny_model, tiny_train
+
+
+@pytest.fixture
+def names_file(tmp_path):
+    path = tmp_path / "names.txt"
+    path.write_text("\n".join(name_list()) + "\n")
+    return path
+
+
+def test_split_items_skips_blank_lines_and_line_ends():
+    assert split_items("Ada\r\n\n  \nBo\nCy") == ["Ada", "Bo", "Cy"]
+
+
+def test_detect_mode():
+    assert detect_mode("\n".join(name_list()) + "\n")[0] == "lines"
+    assert detect_mode(make_text())[0] == "stream"  # speeches with blank lines between
+    prose = " ".join(["the quick brown fox jumps over the lazy dog and runs away"] * 400)
+    wrapped = "\n".join(prose[i : i + 70] for i in range(0, len(prose), 70))
+    mode, why = detect_mode(wrapped)
+    assert mode == "stream" and "run on" in why
+    assert detect_mode("one\ntwo\nthree\n") == ("stream", "only 3 non-blank lines")
+    assert detect_mode("\n".join(["word " * 100] * 100))[0] == "stream"  # a paragraph per line
+
+
+def test_validation_items_are_a_fixed_random_sample():
+    items = [f"item{i}" for i in range(1000)]
+    train_items, val_items = split_train_val(items, 0.1)
+    assert len(val_items) == 100 and sorted(train_items + val_items) == sorted(items)
+    assert not set(train_items) & set(val_items)
+    assert val_items != items[-100:]  # not the (sorted) tail
+    assert split_train_val(items, 0.1) == (train_items, val_items)
+    with pytest.raises(ChargenError, match="too few"):
+        split_train_val(["only"], 0.1)
+
+
+def test_every_item_once_per_epoch_and_never_split():
+    lengths = np.random.default_rng(1).integers(1, 40, size=1003)
+    for factor in (1, 10, 50):
+        batches = epoch_batches(lengths, 16, factor, seed=3, epoch=0)
+        assert len(batches) == epoch_length(1003, 16, factor)
+        flat = np.concatenate(batches)
+        assert sorted(flat.tolist()) == list(range(1003))
+
+
+def test_batches_are_sorted_within_superbatches_and_pad_little():
+    lengths = np.random.default_rng(2).integers(1, 200, size=3200)
+    batches = epoch_batches(lengths, 32, 50, seed=0, epoch=0)
+    # Every batch is a contiguous run of one sorted superbatch: its lengths are in order.
+    for b in batches:
+        assert (np.diff(lengths[b]) >= 0).all()
+    bucketed = padded_share(lengths, batches)
+    random = padded_share(lengths, epoch_batches(lengths, 32, 1, seed=0, epoch=0))
+    assert bucketed < 0.05 < 0.3 < random
+
+
+def test_batch_order_repeats_with_a_seed_and_varies_between_epochs():
+    lengths = np.random.default_rng(3).integers(1, 50, size=640)
+    first = epoch_batches(lengths, 8, 10, seed=5, epoch=0)
+    again = epoch_batches(lengths, 8, 10, seed=5, epoch=0)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    for other in (epoch_batches(lengths, 8, 10, seed=5, epoch=1), epoch_batches(lengths, 8, 10, seed=6, epoch=0)):
+        assert [b.tolist() for b in other] != [b.tolist() for b in first]
+
+
+def test_batch_frames_items_and_pads():
+    tokenizer = CharTokenizer.from_text("abc")
+    items = LineItems(["ab", "c", "abca"], tokenizer)
+    x, y = items.batch(np.array([0, 1, 2]))
+    assert x.shape == y.shape == (5, 3)
+    a, b, c = (tokenizer.id_of(ch) for ch in "abc")
+    assert x[:, 0].tolist() == [BOS_ID, a, b, PAD_ID, PAD_ID]
+    assert y[:, 0].tolist() == [a, b, EOS_ID, IGNORE, IGNORE]
+    assert x[:, 2].tolist() == [BOS_ID, a, b, c, a] and y[:, 2].tolist() == [a, b, c, a, EOS_ID]
+
+
+def test_padding_never_reaches_loss_or_gradients():
+    """Change what the padded positions hold: loss and every gradient stay the same."""
+    tokenizer = CharTokenizer.from_text("abcdefgh")
+    items = LineItems(["abcdefgh", "ab", "cde", "h"], tokenizer)
+    x, y = items.batch(np.arange(4))
+    torch.manual_seed(0)
+    model = CharLSTM(ModelConfig(vocab_size=tokenizer.vocab_size, embedding=8, hidden=16, dropout=0.0))
+
+    def loss_and_grads(inputs):
+        model.zero_grad()
+        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in model.parameters()]
+
+    base_loss, base_grads = loss_and_grads(x)
+    scrambled = x.clone()
+    pad = x == PAD_ID
+    scrambled[pad] = torch.randint(len(SPECIALS), tokenizer.vocab_size, (int(pad.sum()),))
+    loss, grads = loss_and_grads(scrambled)
+    assert pad.any() and loss == base_loss
+    for g0, g1 in zip(base_grads, grads, strict=True):
+        assert torch.equal(g0, g1)
+
+
+def test_lines_mode_trains_resumes_and_samples(tmp_path, names_file):
+    from chargen import load
+
+    corpus = load_corpus(names_file, mode="auto")
+    assert corpus.mode == "lines" and "list" in corpus.source["mode_reason"]
+    assert "\n" not in corpus.vocabulary_text()
+    config = tiny_train(steps=30, eval_every=10, batch_size=8, bucket_factor=4, base_lr=1e-2, base_batch_size=8)
+    run = tmp_path / "run"
+    straight = train(corpus, tmp_path / "straight", tiny_model(), config)
+    first = train(corpus, run, tiny_model(), config, on_event=interrupt_at(16))
+    second = train(corpus, run, None, config, resume=True)
+    assert first.stopped == "interrupted" and first.step == 16
+    assert second.step == 30 and second.best_val_loss == straight.best_val_loss  # resumed exactly
+    vals = [e["val_bpc"] for e in straight.history if e["event"] == "val"]
+    assert vals[-1] < vals[0]
+    assert first.history[0]["chars_per_s"] > 0
+    saved = read_config(run)
+    assert saved["mode"] == "lines" and (run / ITEMS).is_file() and saved["default_prime"] == ""
+
+    model = load(run)
+    assert model.mode == "lines"
+    items = model.generate_batch("", 40, num_samples=20, seed=1, temperature=1.0)
+    assert len(items) == 20 and all("\n" not in item and len(item) < 40 for item in items)
+    assert all(set(item) <= set(corpus.vocabulary_text()) for item in items)  # no specials, no <unk>
+    prefixed = model.generate_batch("Ka", 40, num_samples=3, seed=1)
+    assert len(prefixed) == 3
+    known = model.is_training_item(corpus.train_items[:3] + ["Not A Name In The List"])
+    assert known == [True, True, True, False]
+    result = model.evaluate("\n".join(corpus.val_items))
+    assert result["items"] == len(corpus.val_items) and result["bpc"] > 0
+
+
+def test_sampling_stops_at_the_end_token(trained_lines_model):
+    model = trained_lines_model
+    steps = list(model.stream_batch("", 200, num_samples=4, seed=0))
+    assert len(steps) < 200  # every sample ended well before the cap
+    for j in range(4):
+        text = [step[j] for step in steps]
+        ended = text.index("") if "" in text else len(text)
+        assert all(piece == "" for piece in text[ended:])  # nothing after the end
+
+
+@pytest.fixture(scope="module")
+def trained_lines_model(tmp_path_factory):
+    from chargen import load
+
+    path = tmp_path_factory.mktemp("lines") / "names.txt"
+    path.write_text("\n".join(name_list(600, seed=4)) + "\n")
+    run = tmp_path_factory.mktemp("runs") / "names"
+    train(load_corpus(path, mode="lines"), run, tiny_model(hidden=48, layers=1),
+          tiny_train(steps=120, eval_every=60, batch_size=16, base_batch_size=16, base_lr=1e-2))
+    return load(run)
+
+
+def test_resume_refuses_another_mode_or_bucketing(tmp_path, names_file):
+    corpus = load_corpus(names_file, mode="lines")
+    run = tmp_path / "run"
+    train(corpus, run, tiny_model(), tiny_train(steps=4, batch_size=8))
+    with pytest.raises(ChargenError, match="trained in lines mode; resume it with --mode lines"):
+        train(load_corpus(names_file, mode="stream"), run, None, tiny_train(steps=8, batch_size=8), resume=True)
+    with pytest.raises(ChargenError, match="--bucket-factor differs"):
+        train(corpus, run, None, tiny_train(steps=8, batch_size=8, bucket_factor=3), resume=True)
