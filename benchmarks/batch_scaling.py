@@ -76,6 +76,8 @@ def one_run(args: argparse.Namespace, corpus, batch: int, scheme: str) -> dict:
     wall = time.perf_counter()
     result = train(corpus, args.out / name, model, config, force=True, log=lines.append)
     wall = time.perf_counter() - wall
+    if result.stopped != "done":  # Ctrl-C or SIGTERM: a partial run is not a result
+        sys.exit(f"{name} stopped ({result.stopped}); run the script again to redo it")
     vals = [e for e in result.history if e["event"] == "val"]
     trains = [e for e in result.history if e["event"] == "train"]
     config_record = json.loads((args.out / name / "config.json").read_text())

@@ -55,6 +55,8 @@ def one_run(corpus, name: str, factor: int, args: argparse.Namespace, out: Path)
                          precision=args.precision)
     model = ModelConfig(vocab_size=1, embedding=64, hidden=args.hidden, layers=1, dropout=0.1)
     result = train(corpus, out / f"{name}-N{factor}", model, config, force=True)
+    if result.stopped != "done":  # Ctrl-C or SIGTERM: a partial run is not a result
+        sys.exit(f"{name} N={factor} stopped ({result.stopped})")
     summary = json.loads((out / f"{name}-N{factor}" / "config.json").read_text())["summary"]
     row = {"corpus": name, "bucket_factor": factor, "padded_share": share, "steps": result.step,
            "train_seconds": summary["train_seconds"], "chars_per_s": summary["chars_seen"] / summary["train_seconds"],
@@ -73,6 +75,7 @@ def main() -> None:
     parser.add_argument("--names-epochs", type=float, default=20.0)
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--corpora", nargs="+", default=["speeches", "names"], choices=["speeches", "names"])
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny epochs")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
@@ -87,10 +90,17 @@ def main() -> None:
         speech_file.write_text("\n".join(speeches((ROOT / "corpora/shakespeare.txt").read_text())) + "\n")
         files = {"speeches": speech_file, "names": ROOT / "corpora/first_names.txt"}
         for name, path in files.items():
+            if name not in args.corpora:
+                continue
             corpus = load_corpus(path, mode="lines")
             n = np.array([len(i) for i in corpus.train_items])
             print(f"{name}: {len(n):,} training items, {n.sum():,} chars; length median {np.median(n):.0f}, "
                   f"5%-95% {np.percentile(n, 5):.0f}-{np.percentile(n, 95):.0f}, max {n.max():,}", flush=True)
+            lengths = n + 1
+            shares = {f: padded_share(lengths, epoch_batches(lengths, args.batch, f, args.seed, 0))
+                      for f in sorted({1, 10, 50, 100, 200, 500, 1000, *args.factors})}
+            print("padded share of an epoch's batches, by N: "
+                  + ", ".join(f"N={f}: {share:.1%}" for f, share in shares.items()), flush=True)
             for factor in args.factors:
                 rows.append(one_run(corpus, name, factor, args, tmp))
 

@@ -17,7 +17,7 @@ import torch
 
 from .corpus import Streams, batchify, chunk_length, epoch_steps, min_train_chars
 from .errors import ChargenError
-from .lines import LineItems, epoch_batches, epoch_length, evaluate_items
+from .lines import LineItems, epoch_batches, epoch_length, evaluate_items, padded_share
 from .model import CharLSTM
 
 
@@ -28,6 +28,7 @@ class Batch:
     targets: int  # real (unpadded) targets in the batch
     lr_scale: float  # a shorter chunk than bptt gets a proportionally smaller step
     new_epoch: bool  # the batch starts an epoch: no state carries into it
+    loss_weight: float = 1.0  # the batch's mean loss is scaled by this for the gradient
 
 
 def eval_streams(ids: np.ndarray, device: torch.device) -> Streams:
@@ -109,6 +110,7 @@ class LinesFeed:
         self.batch_size, self.bucket_factor, self.seed, self.device = batch_size, bucket_factor, seed, device
         self.steps_per_epoch = self.steps_per_epoch_at(batch_size)
         self.val_targets = int(val_items.lengths.sum())
+        self.mean_targets = train_items.lengths.sum() / self.steps_per_epoch
         self._epoch: int | None = None
         self._batches: list[np.ndarray] = []
 
@@ -121,7 +123,9 @@ class LinesFeed:
                 f"longest {int(self.items.n_chars.max()):,}) / {len(self.val_items):,} validation items")
 
     def batch_description(self) -> str:
-        return f"{self.batch_size} items (length-bucketed, superbatches of {self.bucket_factor} batches)"
+        share = padded_share(self.items.lengths, self.batches(0))
+        return (f"{self.batch_size} items (superbatches of {self.bucket_factor} batches sorted by length; "
+                f"{share:.1%} of positions are padding)")
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         if epoch != self._epoch:
@@ -135,7 +139,11 @@ class LinesFeed:
         index = self.batches(progress.epoch)[progress.position]
         progress.position += 1
         x, y = self.items.batch(index, self.device)
-        return Batch(x, y, int(self.items.lengths[index].sum()), 1.0, True)
+        targets = int(self.items.lengths[index].sum())
+        # A batch of short items gets a proportionally smaller step, a batch of long ones a
+        # larger: every character weighs the same, as with random batches, though bucketing
+        # puts the short items and the long ones in different batches.
+        return Batch(x, y, targets, 1.0, True, targets / self.mean_targets)
 
     def epoch_fraction(self, position: int) -> float:
         return position / self.steps_per_epoch

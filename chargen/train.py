@@ -41,7 +41,7 @@ class TrainConfig:
     batch_size: int = 32
     bptt: int = 128
     variable_bptt: bool = False
-    bucket_factor: int = 50  # lines mode: batches per length-sorted superbatch
+    bucket_factor: int = 100  # lines mode: batches per length-sorted superbatch
     # The learning rate comes from a reference setting tuned at base_batch_size, carried
     # to batch_size by lr_scaling (see chargen.schedule): LEGW by default.
     lr_scaling: str = "legw"
@@ -434,7 +434,7 @@ def train(
                 logits, carry = model(batch.x, carry)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
             optimizer.step()
             carry = detach_state(carry) if feed.carries_state else None
