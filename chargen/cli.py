@@ -110,14 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--lr-scaling", choices=SCALINGS,
                     help=f"how the base setting follows the batch size: legw (sqrt(k) peak, k x warmup epochs), "
                     f"linear (k x peak, same warmup epochs) or none (default {d['lr_scaling']})")
-    lr.add_argument("--base-lr", "--lr", dest="base_lr", type=positive_float,
+    lr.add_argument("--base-lr", "--lr", dest="base_lr", type=positive_float, metavar="LR",
                     help=f"peak learning rate of AdamW at the base batch size (default {d['base_lr']})")
-    lr.add_argument("--base-batch-size", type=positive_int,
+    lr.add_argument("--base-batch-size", type=positive_int, metavar="N",
                     help=f"the batch size the base setting is for (default {d['base_batch_size']})")
     warm = lr.add_mutually_exclusive_group()
     warm.add_argument("--base-warmup-epochs", type=float, metavar="EPOCHS",
                       help="warmup at the base batch size, in epochs")
-    warm.add_argument("--warmup-steps", type=int,
+    warm.add_argument("--warmup-steps", type=int, metavar="N",
                       help=f"warmup at the base batch size, in updates (default {d['warmup_steps']}; "
                       "LEGW keeps this many updates at any batch size)")
     lr.add_argument("--decay", choices=DECAYS,
