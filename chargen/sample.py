@@ -107,40 +107,25 @@ def sample_text(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int | None = None,
+    items: bool = False,
 ) -> Iterator[list[str]]:
     """One list per step: the new character of every sample. The options and the prime are
     checked now, not when the first character is asked for, so a bad prime fails before
-    anything is shown."""
+    anything is shown.
+
+    With ``items`` (lines mode) every sample is an item started from ``<bos>`` and
+    ``prime``, and ends at its ``<eos>`` (or after ``length`` characters): "" from then
+    on, and the steps stop once every sample has ended."""
     check_sampling(temperature, top_k, top_p, length, num_samples)
-    prime_ids = tokenizer.encode_known(prime, "prime text").tolist()
-    steps = sample_ids(model, prime_ids, length, num_samples=num_samples, temperature=temperature,
-                       top_k=top_k, top_p=top_p, seed=seed)
+    prime_ids = tokenizer.encode_known(prime, "prefix" if items else "prime text").tolist()
+    banned = (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
+    steps = sample_ids(model, [BOS_ID, *prime_ids] if items else prime_ids, length, num_samples=num_samples,
+                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, banned_ids=banned)
     chars = [""] * len(SPECIALS) + tokenizer.chars
-    return ([chars[i] for i in ids.tolist()] for ids in steps)
+    if not items:
+        return ([chars[i] for i in ids.tolist()] for ids in steps)
 
-
-def sample_lines(
-    model: CharLSTM,
-    tokenizer: CharTokenizer,
-    prefix: str,
-    max_length: int,
-    *,
-    num_samples: int = 1,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-) -> Iterator[list[str]]:
-    """Lines mode: items started from ``<bos>`` and ``prefix``, each ending at its ``<eos>``
-    (or at ``max_length`` new characters). One list per step, the new character of every
-    sample: "" once a sample has ended. Stops when every sample has ended."""
-    check_sampling(temperature, top_k, top_p, max_length, num_samples)
-    prime_ids = [BOS_ID, *tokenizer.encode_known(prefix, "prefix").tolist()]
-    steps = sample_ids(model, prime_ids, max_length, num_samples=num_samples, temperature=temperature,
-                       top_k=top_k, top_p=top_p, seed=seed, banned_ids=(PAD_ID, UNK_ID, BOS_ID))
-    chars = [""] * len(SPECIALS) + tokenizer.chars
-
-    def pieces() -> Iterator[list[str]]:
+    def until_end() -> Iterator[list[str]]:
         ended = [False] * num_samples
         for ids in steps:
             out = []
@@ -151,7 +136,7 @@ def sample_lines(
             if all(ended):
                 return
 
-    return pieces()
+    return until_end()
 
 
 def collect(pieces: Iterator[list[str]], num_samples: int) -> list[str]:

@@ -27,7 +27,7 @@ from .errors import ChargenError
 from .feeds import LinesFeed, StreamFeed
 from .lines import IGNORE, LineItems
 from .model import CharLSTM, ModelConfig, State, detach_state
-from .sample import collect, sample_lines, sample_text
+from .sample import collect, sample_text
 from .schedule import BatchScaling, WarmupDecay, format_schedule
 from .tokenizer import CharTokenizer
 
@@ -381,8 +381,8 @@ def train(
         log(f"step {progress.step:,}  epoch {epoch_float():.2f}  val loss {val_loss:.4f}  "
             f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
         if config.sample_chars and corpus.mode == "lines":
-            pieces = sample_lines(model, tokenizer, "", config.sample_chars, num_samples=LINE_SAMPLES,
-                                  temperature=0.8, seed=config.seed + progress.step)
+            pieces = sample_text(model, tokenizer, "", config.sample_chars, num_samples=LINE_SAMPLES,
+                                 temperature=0.8, seed=config.seed + progress.step, items=True)
             log("--- samples ---\n" + "\n".join(collect(pieces, LINE_SAMPLES)) + "\n---")
         elif config.sample_chars:
             pieces = sample_text(model, tokenizer, default_prime, config.sample_chars, temperature=0.8,
