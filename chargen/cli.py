@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--val-file", metavar="FILE",
                       help="validation text (default: the tail of TEXT_FILE; in lines mode, random lines of it)")
     data.add_argument("--val-fraction", type=positive_float, default=0.05,
-                      help="share of TEXT_FILE held out for validation, from its end (default %(default)s)")
+                      help="share of TEXT_FILE held out for validation: its end, or in lines mode random "
+                      "lines (default %(default)s)")
     data.add_argument("--encoding", default="utf-8", help="text encoding of the files (default %(default)s)")
     data.add_argument("--errors", default="strict", choices=ERROR_POLICIES,
                       help="what to do with bytes that are not valid in --encoding (default %(default)s)")
@@ -238,8 +239,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
         return 0
     if args.new_only:
         raise ChargenError("--new-only is for runs trained in lines mode; this run is one stream of text")
-    args.num_samples = args.num_samples or 1
-    if args.num_samples == 1:  # stream it as it comes
+    n = args.num_samples or 1
+    if n == 1:  # stream it as it comes
         pieces = model.stream(args.prime, args.length, **options)  # checks the prime first
         out.write(args.prime)
         for piece in pieces:
@@ -247,7 +248,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
             out.flush()
         out.write("\n")
         return 0
-    texts = model.generate_batch(args.prime, args.length, num_samples=args.num_samples, **options)
+    texts = model.generate_batch(args.prime, args.length, num_samples=n, **options)
     for i, text in enumerate(texts, 1):
         out.write(f"--- sample {i} of {len(texts)} ---\n{args.prime}{text}\n")
     return 0

@@ -11,8 +11,6 @@ left to right, pads after an item's end cannot change anything before it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -164,15 +162,3 @@ def evaluate_items(model: torch.nn.Module, items: LineItems, max_positions: int 
         start = end
     model.train(was_training)
     return total / count
-
-
-@dataclass
-class ItemsSummary:
-    items: int
-    chars: int
-    mean_length: float
-    max_length: int
-
-
-def summarize(items: LineItems) -> ItemsSummary:
-    return ItemsSummary(len(items), int(items.n_chars.sum()), float(items.n_chars.mean()), int(items.n_chars.max()))

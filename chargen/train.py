@@ -380,14 +380,12 @@ def train(
                 "elapsed": round(progress.train_seconds, 2)})
         log(f"step {progress.step:,}  epoch {epoch_float():.2f}  val loss {val_loss:.4f}  "
             f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
-        if config.sample_chars and corpus.mode == "lines":
-            pieces = sample_text(model, tokenizer, "", config.sample_chars, num_samples=LINE_SAMPLES,
-                                 temperature=0.8, seed=config.seed + progress.step, items=True)
-            log("--- samples ---\n" + "\n".join(collect(pieces, LINE_SAMPLES)) + "\n---")
-        elif config.sample_chars:
-            pieces = sample_text(model, tokenizer, default_prime, config.sample_chars, temperature=0.8,
-                                 seed=config.seed + progress.step)
-            log(f"--- sample ---\n{collect(pieces, 1)[0]}\n---")
+        if config.sample_chars:  # lines mode: a few items; a stream: one passage
+            lines = corpus.mode == "lines"
+            n = LINE_SAMPLES if lines else 1
+            pieces = sample_text(model, tokenizer, default_prime, config.sample_chars, num_samples=n,
+                                 temperature=0.8, seed=config.seed + progress.step, items=lines)
+            log(f"--- sample{'s' if lines else ''} ---\n" + "\n".join(collect(pieces, n)) + "\n---")
         model.train()
         return val_loss
 
