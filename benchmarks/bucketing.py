@@ -47,22 +47,22 @@ def speeches(text: str) -> list[str]:
     return [" ".join(block) for block in blocks if block]
 
 
-def one_run(corpus, name: str, factor: int, args: argparse.Namespace, out: Path) -> dict:
+def one_run(corpus, name: str, factor: int, seed: int, args: argparse.Namespace, out: Path) -> dict:
     lengths = np.array([len(item) + 1 for item in corpus.train_items])
-    share = padded_share(lengths, epoch_batches(lengths, args.batch, factor, args.seed, 0))
+    share = padded_share(lengths, epoch_batches(lengths, args.batch, factor, seed, 0))
     config = TrainConfig(batch_size=args.batch, base_batch_size=args.batch, bucket_factor=factor,
-                         epochs=args.epochs[name], eval_every=10**9, log_every=50, sample_chars=0, seed=args.seed,
+                         epochs=args.epochs[name], eval_every=10**9, log_every=50, sample_chars=0, seed=seed,
                          precision=args.precision)
     model = ModelConfig(vocab_size=1, embedding=64, hidden=args.hidden, layers=1, dropout=0.1)
     result = train(corpus, out / f"{name}-N{factor}", model, config, force=True)
     if result.stopped != "done":  # Ctrl-C or SIGTERM: a partial run is not a result
         sys.exit(f"{name} N={factor} stopped ({result.stopped})")
     summary = json.loads((out / f"{name}-N{factor}" / "config.json").read_text())["summary"]
-    row = {"corpus": name, "bucket_factor": factor, "padded_share": share, "steps": result.step,
+    row = {"corpus": name, "bucket_factor": factor, "seed": seed, "padded_share": share, "steps": result.step,
            "train_seconds": summary["train_seconds"], "chars_per_s": summary["chars_seen"] / summary["train_seconds"],
            "val_bpc": result.last_val_loss / math.log(2)}
-    print(f"{name} N={factor}: padded {share:.1%}, {row['chars_per_s']:,.0f} chars/s, val bpc {row['val_bpc']:.4f}",
-          flush=True)
+    print(f"{name} N={factor} seed {seed}: padded {share:.1%}, {row['chars_per_s']:,.0f} chars/s, "
+          f"val bpc {row['val_bpc']:.4f}", flush=True)
     return row
 
 
@@ -74,7 +74,9 @@ def main() -> None:
     parser.add_argument("--speeches-epochs", type=float, default=1.0)
     parser.add_argument("--names-epochs", type=float, default=20.0)
     parser.add_argument("--precision", default="auto")
-    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1234],
+                        help="train each setting once per seed (weights, batch order); the table gives the mean "
+                             "and, with several seeds, the spread (max - min) of val bpc")
     parser.add_argument("--corpora", nargs="+", default=["speeches", "names"], choices=["speeches", "names"])
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny epochs")
     parser.add_argument("--json", type=Path, help="also write the rows here")
@@ -97,22 +99,31 @@ def main() -> None:
             print(f"{name}: {len(n):,} training items, {n.sum():,} chars; length median {np.median(n):.0f}, "
                   f"5%-95% {np.percentile(n, 5):.0f}-{np.percentile(n, 95):.0f}, max {n.max():,}", flush=True)
             lengths = n + 1
-            shares = {f: padded_share(lengths, epoch_batches(lengths, args.batch, f, args.seed, 0))
+            shares = {f: padded_share(lengths, epoch_batches(lengths, args.batch, f, args.seeds[0], 0))
                       for f in sorted({1, 10, 50, 100, 200, 500, 1000, *args.factors})}
             print("padded share of an epoch's batches, by N: "
                   + ", ".join(f"N={f}: {share:.1%}" for f, share in shares.items()), flush=True)
-            for factor in args.factors:
-                rows.append(one_run(corpus, name, factor, args, tmp))
+            for seed in args.seeds:
+                for factor in args.factors:
+                    rows.append(one_run(corpus, name, factor, seed, args, tmp))
 
     print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, "
           f"1x{args.hidden} LSTM, epochs {args.epochs}\n")
+    print(f"val bpc: mean over seeds {args.seeds}" + (", ± half the spread (max - min)" if len(args.seeds) > 1 else ""))
     print("| corpus | batches | padded share | real chars/s | × random | val bpc | train time (s) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    groups: dict[tuple[str, int], list[dict]] = {}
     for row in rows:
-        random = next(r for r in rows if r["corpus"] == row["corpus"] and r["bucket_factor"] == 1)
-        kind = "random (N=1)" if row["bucket_factor"] == 1 else f"bucketed, N={row['bucket_factor']}"
-        print(f"| {row['corpus']} | {kind} | {row['padded_share']:.1%} | {row['chars_per_s']:,.0f} | "
-              f"{row['chars_per_s'] / random['chars_per_s']:.2f} | {row['val_bpc']:.4f} | {row['train_seconds']:.0f} |")
+        groups.setdefault((row["corpus"], row["bucket_factor"]), []).append(row)
+    for (corpus_name, factor), group in groups.items():
+        random = groups[(corpus_name, 1)]
+        speed = np.mean([r["chars_per_s"] for r in group])
+        ratio = speed / np.mean([r["chars_per_s"] for r in random])
+        bpcs = [r["val_bpc"] for r in group]
+        spread = f" ± {(max(bpcs) - min(bpcs)) / 2:.4f}" if len(bpcs) > 1 else ""
+        kind = "random (N=1)" if factor == 1 else f"bucketed, N={factor}"
+        print(f"| {corpus_name} | {kind} | {np.mean([r['padded_share'] for r in group]):.1%} | {speed:,.0f} | "
+              f"{ratio:.2f} | {np.mean(bpcs):.4f}{spread} | {np.mean([r['train_seconds'] for r in group]):.0f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

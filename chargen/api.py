@@ -14,7 +14,7 @@ from .errors import ChargenError
 from .feeds import eval_streams, evaluate_streams
 from .lines import LineItems, evaluate_items, split_items
 from .model import CharLSTM, ModelConfig
-from .sample import collect, sample_text
+from .sample import Sampler, check_sampling, collect
 from .tokenizer import CharTokenizer
 from .train import LN2
 
@@ -50,10 +50,16 @@ class TrainedModel:
         """Yields, for each step, the new character of each of ``num_samples`` samples,
         all drawn in parallel as one batch. In lines mode ``prime`` starts each item and
         ``length`` caps it; a sample that has reached its end yields ""."""
+        check_sampling(temperature, top_k, top_p, length, num_samples)
+        return self.sampler(prime, num_samples=num_samples, seed=seed).pieces(length, temperature, top_k, top_p)
+
+    def sampler(self, prime: str = "", *, num_samples: int = 1, seed: int | None = None) -> Sampler:
+        """A ``Sampler`` started from ``prime``: call its ``pieces`` to draw text, and again
+        to continue from where it stopped."""
         # An empty prime feeds the run's default (a newline for most texts; in lines mode
         # nothing: items start from <bos>), not shown.
-        return sample_text(self.model, self.tokenizer, prime or self.default_prime, length, num_samples=num_samples,
-                           temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, items=self.mode == "lines")
+        return Sampler(self.model, self.tokenizer, prime or self.default_prime, num_samples=num_samples, seed=seed,
+                       items=self.mode == "lines")
 
     def stream(self, prime: str = "", length: int = 500, **options) -> Iterator[str]:
         """Yields the continuation of ``prime`` a character at a time (for live display)."""

@@ -186,6 +186,31 @@ def weights_path(run_dir: Path, which: str = "best") -> Path:
     return best if which == "best" and best.exists() else run_dir / WEIGHTS
 
 
+def export_run(run_dir: Path, out_dir: Path, weights: str = "best", force: bool = False) -> Path:
+    """A model folder for serving and sharing: config, tokenizer, the chosen weights (as the
+    folder's only weights) and, in lines mode, the training-item hashes; no trainer state
+    or metrics. It loads like any run folder but cannot be resumed."""
+    config = read_config(run_dir)
+    source = weights_path(run_dir, weights)
+    load_tensors(source)  # refuse a damaged file before copying it
+    if out_dir.resolve() == run_dir.resolve():
+        raise ChargenError("export needs a new folder, not the run folder itself")
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise ChargenError(f"{out_dir} exists and is not empty; choose a new folder (or --force)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:
+        if (out_dir / name).is_file():
+            (out_dir / name).unlink()
+    shutil.rmtree(out_dir / "trainer", ignore_errors=True)
+    atomic_write(out_dir / WEIGHTS, source.read_bytes())
+    atomic_write(out_dir / TOKENIZER, (run_dir / TOKENIZER).read_bytes())
+    if (run_dir / ITEMS).exists():
+        atomic_write(out_dir / ITEMS, (run_dir / ITEMS).read_bytes())
+    config = {k: v for k, v in config.items() if k not in ("format", "format_version")}
+    write_config(out_dir, config | {"exported": {"from": run_dir.name, "weights": weights}})
+    return out_dir
+
+
 def load_weights(model: torch.nn.Module, path: Path) -> dict:
     """Load weights into ``model``; returns the file's metadata."""
     tensors, meta = load_tensors(path)

@@ -172,6 +172,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--weights", choices=("best", "latest"), default="best",
                    help="best by validation (default) or the latest checkpoint")
     e.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
+
+    x = commands.add_parser(
+        "export", help="copy a run's weights, config and tokenizer into a folder to serve or share",
+        description="Write a model folder from RUN_DIR: config.json, tokenizer.json and one weights file "
+        "(the best by validation, or the latest), without the trainer state or metrics. "
+        "The app serves such folders from models/; chargen sample and chargen.load read them.")
+    x.add_argument("run_dir", metavar="RUN_DIR")
+    x.add_argument("out_dir", metavar="MODEL_DIR")
+    x.add_argument("--weights", choices=("best", "latest"), default="best",
+                   help="best by validation (default) or the latest checkpoint")
+    x.add_argument("--force", action="store_true", help="replace what MODEL_DIR holds")
     return parser
 
 
@@ -266,13 +277,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    out = checkpoint.export_run(Path(args.run_dir), Path(args.out_dir), args.weights, args.force)
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    print(f"exported {args.run_dir} ({args.weights} weights) to {out}: {size / 1e6:.1f} MB")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help, --version, or a usage error already printed
         return int(e.code or 0)
     try:
-        return {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval}[args.command](args)
+        return {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "export": cmd_export}[args.command](args)
     except ChargenError as e:
         print(f"chargen: error: {e}", file=sys.stderr)
         return 2

@@ -3,7 +3,7 @@ growing text is never fed again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import torch
 
@@ -61,39 +61,75 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
     return generator
 
 
-@torch.inference_mode()
-def sample_ids(
-    model: CharLSTM,
-    prime_ids: Sequence[int],
-    length: int,
-    *,
-    num_samples: int = 1,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    banned_ids: Sequence[int] = tuple(range(len(SPECIALS))),
-    state: State | None = None,
-) -> Iterator[torch.Tensor]:
-    """Yields ``length`` steps of new ids, each (num_samples,). The prime (at least one
-    id) is fed in one call; after that every step feeds only the id just drawn."""
-    if len(prime_ids) == 0:
-        raise ChargenError("sampling needs at least one prime character")
-    model.eval()
-    device = model.head.weight.device
-    generator = make_generator(seed, device)
-    x = torch.tensor(list(prime_ids), dtype=torch.long, device=device)
-    x = x.unsqueeze(1).expand(-1, num_samples).contiguous()
-    logits, state = model(x, state)
-    logits = logits[-1]
-    banned = torch.tensor(list(banned_ids), dtype=torch.long, device=device)
-    for i in range(length):
-        logits = logits.index_fill(-1, banned, float("-inf"))
-        ids = pick_next(logits, temperature, top_k, top_p, generator)
-        yield ids
-        if i + 1 < length:
-            step_logits, state = model(ids.unsqueeze(0), state)
-            logits = step_logits[0]
+class Sampler:
+    """``num_samples`` samples drawn in parallel as one batch. The LSTM state is carried
+    from call to call, so ``pieces`` can be called again to continue every sample from
+    where it stopped: the state is kept, the text is never fed again.
+
+    With ``items`` (lines mode) every sample is an item started from ``<bos>`` and
+    ``prime``; it ends at its ``<eos>`` and yields "" from then on."""
+
+    def __init__(
+        self,
+        model: CharLSTM,
+        tokenizer: CharTokenizer,
+        prime: str,
+        *,
+        num_samples: int = 1,
+        seed: int | None = None,
+        items: bool = False,
+    ) -> None:
+        check_sampling(1.0, 0, 1.0, 0, num_samples)
+        prime_ids = tokenizer.encode_known(prime, "prefix" if items else "prime text").tolist()
+        if items:
+            prime_ids = [BOS_ID, *prime_ids]
+        if not prime_ids:
+            raise ChargenError("sampling needs at least one prime character")
+        self.model = model.eval()
+        self.num_samples = num_samples
+        self.items = items
+        self._drawn: list[list[str]] = [[] for _ in range(num_samples)]
+        self.ended = [False] * num_samples
+        self._chars = [""] * len(SPECIALS) + tokenizer.chars
+        device = model.head.weight.device
+        self._generator = make_generator(seed, device)
+        banned = (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
+        self._banned = torch.tensor(banned, dtype=torch.long, device=device)
+        self._state: State | None = None
+        # The ids drawn last and not yet fed: fed when the next character is asked for,
+        # so a sample that stops costs no step it does not use.
+        self._pending = torch.tensor(prime_ids, dtype=torch.long, device=device).unsqueeze(1).expand(
+            -1, num_samples).contiguous()
+
+    @property
+    def texts(self) -> list[str]:
+        """What each sample has drawn so far, the prime not included."""
+        return ["".join(drawn) for drawn in self._drawn]
+
+    def pieces(self, length: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+               ) -> Iterator[list[str]]:
+        """Yields up to ``length`` steps, each the new character of every sample ("" for an
+        item that has ended); the steps stop early once every item has ended. The options
+        are checked now, not when the first character is asked for."""
+        check_sampling(temperature, top_k, top_p, length, self.num_samples)
+        return self._steps(length, temperature, top_k, top_p)
+
+    @torch.inference_mode()
+    def _steps(self, length: int, temperature: float, top_k: int, top_p: float) -> Iterator[list[str]]:
+        for _ in range(length):
+            if all(self.ended):
+                return
+            logits, self._state = self.model(self._pending, self._state)
+            logits = logits[-1].index_fill(-1, self._banned, float("-inf"))
+            ids = pick_next(logits, temperature, top_k, top_p, self._generator)
+            self._pending = ids.unsqueeze(0)
+            out = []
+            for j, i in enumerate(ids.tolist()):
+                self.ended[j] = self.ended[j] or (self.items and i == EOS_ID)
+                piece = "" if self.ended[j] else self._chars[i]
+                self._drawn[j].append(piece)
+                out.append(piece)
+            yield out
 
 
 def sample_text(
@@ -109,34 +145,11 @@ def sample_text(
     seed: int | None = None,
     items: bool = False,
 ) -> Iterator[list[str]]:
-    """One list per step: the new character of every sample. The options and the prime are
-    checked now, not when the first character is asked for, so a bad prime fails before
-    anything is shown.
-
-    With ``items`` (lines mode) every sample is an item started from ``<bos>`` and
-    ``prime``, and ends at its ``<eos>`` (or after ``length`` characters): "" from then
-    on, and the steps stop once every sample has ended."""
+    """One list per step: the new character of every sample (see ``Sampler``). The options
+    and the prime are checked now, so a bad prime fails before anything is shown."""
     check_sampling(temperature, top_k, top_p, length, num_samples)
-    prime_ids = tokenizer.encode_known(prime, "prefix" if items else "prime text").tolist()
-    banned = (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
-    steps = sample_ids(model, [BOS_ID, *prime_ids] if items else prime_ids, length, num_samples=num_samples,
-                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, banned_ids=banned)
-    chars = [""] * len(SPECIALS) + tokenizer.chars
-    if not items:
-        return ([chars[i] for i in ids.tolist()] for ids in steps)
-
-    def until_end() -> Iterator[list[str]]:
-        ended = [False] * num_samples
-        for ids in steps:
-            out = []
-            for j, i in enumerate(ids.tolist()):
-                ended[j] = ended[j] or i == EOS_ID
-                out.append("" if ended[j] else chars[i])
-            yield out
-            if all(ended):
-                return
-
-    return until_end()
+    sampler = Sampler(model, tokenizer, prime, num_samples=num_samples, seed=seed, items=items)
+    return sampler.pieces(length, temperature, top_k, top_p)
 
 
 def collect(pieces: Iterator[list[str]], num_samples: int) -> list[str]:

@@ -122,18 +122,23 @@ class TrainResult:
 
 
 class StopSignals:
-    """SIGINT and SIGTERM ask the loop to stop after the current step and save, instead
-    of killing it mid-write. (Only the main thread can install signal handlers.)"""
+    """SIGINT and SIGTERM (or ``stop``, set from another thread: the app's Stop button) ask
+    the loop to stop after the current step and save, instead of killing it mid-write.
+    (Only the main thread can install signal handlers.)"""
 
-    def __init__(self, log: Callable[[str], None]) -> None:
-        self.requested = False
+    def __init__(self, log: Callable[[str], None], stop: threading.Event | None = None) -> None:
+        self._stop = stop or threading.Event()
         self._log = log
         self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self._stop.is_set()
 
     def _handle(self, signum: int, frame: object) -> None:
         if not self.requested:
             self._log(f"{signal.Signals(signum).name}: stopping after this step and saving a checkpoint")
-        self.requested = True
+        self._stop.set()
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -290,8 +295,13 @@ def train(
     log: Callable[[str], None] | None = None,
     progress_bar: bool = False,
     on_event: Callable[[dict], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> TrainResult:
-    """Train (or with ``resume``, continue) the run in ``run_dir`` on ``corpus``."""
+    """Train (or with ``resume``, continue) the run in ``run_dir`` on ``corpus``.
+
+    ``on_event`` gets every metrics event as it is written (train, val) and the samples
+    drawn at each validation (``{"event": "sample", "texts": [...]}``, not written);
+    setting ``stop`` ends the run after the current step, with a checkpoint, like Ctrl-C."""
     run_dir = Path(run_dir)
     config = config or TrainConfig()
     log = log or (lambda message: None)
@@ -385,7 +395,10 @@ def train(
             n = LINE_SAMPLES if lines else 1
             pieces = sample_text(model, tokenizer, default_prime, config.sample_chars, num_samples=n,
                                  temperature=0.8, seed=config.seed + progress.step, items=lines)
-            log(f"--- sample{'s' if lines else ''} ---\n" + "\n".join(collect(pieces, n)) + "\n---")
+            texts = collect(pieces, n)
+            log(f"--- sample{'s' if lines else ''} ---\n" + "\n".join(texts) + "\n---")
+            if on_event is not None:
+                on_event({"event": "sample", "step": progress.step, "texts": texts})
         model.train()
         return val_loss
 
@@ -417,7 +430,7 @@ def train(
     loss_sum, loss_count, window_chars = torch.zeros((), device=device), 0, 0
     bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", disable=not progress_bar,
                dynamic_ncols=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30)
-    with StopSignals(log) as signals, bar:
+    with StopSignals(log, stop) as signals, bar:
         while progress.step < progress.total_steps and not signals.requested:
             batch = feed.next(progress, rng)
             if batch.new_epoch or not feed.carries_state:  # an epoch (or an item) starts from zero
@@ -456,7 +469,8 @@ def train(
             if progress.step % config.log_every == 0 or progress.step == progress.total_steps:
                 mean_loss = (loss_sum / loss_count).item()  # the loop's only read from the device
                 chars_per_s = window_chars / max(1e-9, now - window_start)
-                record({"event": "train", "loss": mean_loss, "bpc": mean_loss / LN2, "lr": lr,
+                record({"event": "train", "total_steps": progress.total_steps, "loss": mean_loss,
+                        "bpc": mean_loss / LN2, "lr": lr,
                         "chars_per_s": round(chars_per_s), "elapsed": round(progress.train_seconds, 2)})
                 bar.set_postfix(loss=f"{mean_loss:.3f}", bpc=f"{mean_loss / LN2:.3f}",
                                 chars_s=f"{chars_per_s:,.0f}", lr=f"{lr:.2e}")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import chargen
 from chargen import checkpoint
 from chargen.cli import main
 from conftest import TINY_FLAGS, name_list
@@ -211,3 +212,19 @@ def test_lines_mode_from_the_command_line(tmp_path, capsys):
 def test_new_only_needs_lines_mode(capsys, trained_run):
     code, _, err = run(capsys, "sample", trained_run, "--new-only")
     assert_clear_error(code, err, "--new-only is for runs trained in lines mode")
+
+
+def test_export_writes_a_servable_model_folder(tmp_path, capsys, trained_run):
+    out = tmp_path / "models" / "tiny"
+    assert main(["export", str(trained_run), str(out)]) == 0
+    assert "exported" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    original, exported = chargen.load(trained_run), chargen.load(out)
+    assert exported.generate("the ", 50, seed=3) == original.generate("the ", 50, seed=3)
+    assert exported.config["summary"] == original.config["summary"]
+    # An occupied folder is refused unless --force; the run folder itself always is.
+    assert main(["export", str(trained_run), str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert main(["export", str(trained_run), str(out), "--force", "--weights", "latest"]) == 0
+    assert main(["export", str(trained_run), str(trained_run), "--force"]) == 2
+    assert "new folder" in capsys.readouterr().err

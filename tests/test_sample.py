@@ -85,3 +85,23 @@ def test_evaluate(model, corpus_file):
     result = model.evaluate(corpus_file.read_text()[-3000:])
     assert result["chars"] == 3000 and result["bpc"] == pytest.approx(result["loss"] / 0.6931471805599453)
     assert 0 < result["bpc"] < 5.2
+
+
+def test_sampler_continues_from_its_own_state(model):
+    """Drawing 40 then 60 more from one Sampler is the same text as 100 at once: the LSTM
+    state and the random generator are carried between calls, not rebuilt from the text."""
+    sampler = model.sampler("the ", num_samples=3, seed=21)
+    first = [list(step) for step in sampler.pieces(40, temperature=1.0)]
+    assert len(first) == 40 and sampler.texts == ["".join(s[i] for s in first) for i in range(3)]
+    more = list(sampler.pieces(60, temperature=1.0))
+    assert len(more) == 60
+    assert sampler.texts == model.generate_batch("the ", 100, num_samples=3, seed=21, temperature=1.0)
+
+
+def test_sampler_checks_options_when_asked(model):
+    sampler = model.sampler("the ", seed=1)
+    with pytest.raises(ChargenError, match="temperature"):
+        sampler.pieces(10, temperature=-1)
+    with pytest.raises(ChargenError, match="never saw.*'Z'"):
+        model.sampler("Zed")
+    assert sampler.texts == [""]  # a refused call drew nothing

@@ -141,3 +141,33 @@ def test_precision_choice():
     assert resolve_precision("auto", cpu) in (None, torch.bfloat16)
     with pytest.raises(ChargenError, match="--precision must be one of"):
         resolve_precision("fp8", cpu)
+
+
+def test_stop_event_from_another_thread_saves_and_resumes(tmp_path, corpus_file):
+    """The app's Stop button: setting ``stop`` (here from a worker thread, where no signal
+    handler can be installed) ends the run after the step with a checkpoint to resume."""
+    import threading
+
+    corpus = load_corpus(corpus_file)
+    stop = threading.Event()
+    events = []
+
+    def hook(event):
+        events.append(event)
+        if event["event"] == "train" and event["step"] == 8:
+            stop.set()
+
+    results = []
+    worker = threading.Thread(target=lambda: results.append(
+        train(corpus, tmp_path / "run", tiny_model(), tiny_train(steps=20), on_event=hook, stop=stop)))
+    worker.start()
+    worker.join(timeout=120)
+    (result,) = results
+    assert result.stopped == "interrupted" and result.step == 8
+    assert read_config(tmp_path / "run")["summary"]["step"] == 8
+    samples = [e for e in events if e["event"] == "sample"]
+    assert samples and all(len(e["texts"]) == 1 and e["texts"][0] for e in samples)
+    trains = [e for e in events if e["event"] == "train"]
+    assert all(e["total_steps"] == 20 for e in trains)
+    resumed = train(corpus, tmp_path / "run", config=tiny_train(steps=20), resume=True)
+    assert resumed.stopped == "done" and resumed.step == 20

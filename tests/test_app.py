@@ -1,0 +1,211 @@
+"""The web app, live: started on loopback in a subprocess and driven with gradio_client
+(and, once, with a real headless Chromium)."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client, handle_file  # noqa: E402
+from gradio_client.exceptions import AppError  # noqa: E402
+
+from chargen import checkpoint, load_corpus, train  # noqa: E402
+from conftest import make_text, name_list, tiny_model, tiny_train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, trained_run):
+    """models/ holds a tiny stream model ("shakespeare", the default) and a tiny lines model ("names");
+    the app serves them and writes its own runs to runs/."""
+    base = tmp_path_factory.mktemp("app")
+    checkpoint.export_run(trained_run, base / "models" / "shakespeare")
+    names = base / "names.txt"
+    names.write_text("\n".join(name_list(300)) + "\n")
+    train(load_corpus(names, mode="lines"), base / "names-run", tiny_model(), tiny_train(steps=20, eval_every=10))
+    checkpoint.export_run(base / "names-run", base / "models" / "names")
+    port = free_port()
+    env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("SPACE_ID", None)
+    log = open(base / "app.log", "w")  # noqa: SIM115 (closed below)
+    server = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--models", str(base / "models"),
+                               "--runs", str(base / "runs"), "--port", str(port)],
+                              cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if server.poll() is not None or time.time() > deadline:
+            server.kill()
+            pytest.fail("the app did not start:\n" + (base / "app.log").read_text()[-3000:])
+        time.sleep(0.3)
+    yield {"url": url, "base": base, "server": server}
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    log.close()
+
+
+@pytest.fixture()
+def client(served):
+    return Client(served["url"], verbose=False, analytics_enabled=False, download_files=False)
+
+
+def generate(client, model="shakespeare", prime="the ", length=300, seed=5, num_samples=1, temperature=1.0, top_k=0,
+             top_p=1.0):
+    return client.submit(model, prime, length, temperature, top_k, top_p, seed, num_samples, api_name="/generate")
+
+
+def test_generate_streams_pieces_that_build_the_text(client):
+    job = generate(client, length=400)
+    updates = list(job)
+    final = job.outputs()[-1]
+    assert final.startswith("the ") and len(final) == len("the ") + 400
+    assert len(set(updates)) >= 2, "the text came in one piece, not streamed"
+    # Each update extends the one before: the streamed pieces concatenate to the text.
+    pieces = [updates[0]] + [b[len(a):] for a, b in zip(updates, updates[1:], strict=False)]
+    assert all(b.startswith(a) for a, b in zip(updates, updates[1:], strict=False))
+    assert "".join(pieces) == final
+
+
+def test_same_seed_same_text(client):
+    a = generate(client, seed=17, length=120).result()
+    b = generate(client, seed=17, length=120).result()
+    c = generate(client, seed=18, length=120).result()
+    assert a == b and a != c
+
+
+def test_continue_carries_the_state(client):
+    """Generate 100 then Continue 150 gives exactly the text of 250 at once: the session
+    keeps the sampler (LSTM state and random generator); the text is not re-read."""
+    first = generate(client, prime="king ", seed=3, length=100).result()
+    continued = client.predict("shakespeare", 150, 1.0, 0, 1.0, api_name="/continue")
+    whole = generate(client, prime="king ", seed=3, length=250).result()
+    assert continued.startswith(first) and continued == whole
+
+
+def test_several_samples_and_lines_models(served):
+    client = Client(served["url"], verbose=False, analytics_enabled=False, download_files=False)
+    with pytest.raises(AppError, match="press Generate first"):
+        client.predict("shakespeare", 10, 1.0, 0, 1.0, api_name="/continue")
+    text = generate(client, num_samples=3, length=50).result()
+    assert text.count("--- sample") == 3
+    items = generate(client, model="names", prime="", num_samples=6, length=40).result().split("\n")
+    assert len(items) == 6 and all(len(item) <= 40 for item in items)
+    more = client.predict("names", 40, 1.0, 0, 1.0, api_name="/continue").split("\n")
+    assert len(more) == 12 and more[:6] == items
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": "../../etc/passwd"}, "unknown model"),
+    ({"model": "nope"}, "unknown model"),
+    ({"prime": "x" * 5000}, "longer than"),
+    ({"prime": "\u263a"}, "never saw"),
+    ({"length": 10**9}, "greater than maximum"),
+    ({"num_samples": 0}, "less than minimum"),
+    ({"temperature": -3}, "less than minimum"),
+    ({"top_p": 7}, "greater than maximum"),
+    ({"seed": -1}, "less than minimum"),
+])
+def test_bad_requests_are_refused_and_the_server_keeps_serving(client, served, change, message):
+    with pytest.raises(AppError, match=message):
+        generate(client, **change).result()
+    assert served["server"].poll() is None
+    assert len(generate(client, length=20).result()) == len("the ") + 20
+
+
+def test_train_on_an_upload_then_generate(client, served, tmp_path):
+    upload = tmp_path / "mine.txt"
+    upload.write_text(make_text(300, seed=4))
+    job = client.submit(handle_file(str(upload)), None, "tiny (1x128)", 10, "mine", api_name="/train")
+    # One training at a time: a second start while this one runs gets a clear refusal.
+    deadline = time.time() + 30
+    while time.time() < deadline and not (served["base"] / "runs" / "mine").exists():
+        time.sleep(0.2)
+    with pytest.raises(AppError, match="already running"):
+        client.predict(None, "first_names.txt", "tiny (1x128)", 10, "second", api_name="/train")
+    status = job.result(timeout=120)[0]
+    assert "runs/mine" in status and "bits/char" in status
+    text = generate(client, model="runs/mine", prime="The ", length=60).result()
+    assert len(text) == len("The ") + 60
+
+
+def test_stop_saves_a_training_run(client, served):
+    job = client.submit(None, "shakespeare.txt", "tiny (1x128)", 300, "stopped", api_name="/train")
+    deadline = time.time() + 60
+    while time.time() < deadline and not (served["base"] / "runs" / "stopped" / "config.json").exists():
+        time.sleep(0.2)
+    other = Client(served["url"], verbose=False, analytics_enabled=False, download_files=False)
+    assert "another page" in other.predict(api_name="/stop_training")
+    assert "Stopping" in client.predict(api_name="/stop_training")
+    status = job.result(timeout=120)[0]
+    assert "stopped" in status
+    assert checkpoint.read_config(served["base"] / "runs" / "stopped")["summary"]["step"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    ((None, "../secret.txt", "tiny (1x128)", 10, ""), "shipped corpus"),
+    ((None, "first_names.txt", "huge", 10, ""), "not in the list of choices"),
+    ((None, "first_names.txt", "tiny (1x128)", 10, "../../x"), "run name"),
+])
+def test_bad_training_requests_are_refused(client, args, message):
+    with pytest.raises(AppError, match=message):
+        client.predict(*args, api_name="/train")
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_browser_types_a_prime_and_sees_text(served):
+    """A real browser: load the page, type a prime, click Generate, see the text appear."""
+    if chromium() is None or not _has_playwright():
+        if os.environ.get("CI"):
+            pytest.fail("CI must have Chromium and playwright (see .ci/run)")
+        pytest.skip("needs Debian's chromium and the playwright package")
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1000})
+            page.goto(served["url"])
+            page.get_by_label("prime").fill("the king ")
+            page.get_by_role("button", name="Generate", exact=True).click()
+            output = page.locator("#output textarea")
+            expect(output).to_have_value(re.compile(r"^the king .{100,}", re.S), timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / "app-generate.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+def _has_playwright() -> bool:
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return False
+    return True
