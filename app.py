@@ -171,7 +171,7 @@ def make_handlers(shelf: Shelf, limits: Limits):
                 raise ChargenError(f"the prime text is longer than {limits.max_prime:,} characters; shorten it")
             length, options = sampling_options(limits, length, temperature, top_k, top_p)
             n = int(clamp(num_samples, 1, limits.max_samples, 1))
-            seed = None if seed is None or seed == "" else int(clamp(seed, 0, 2**63 - 1, 0))
+            seed = None if seed is None or seed < 0 else int(clamp(seed, 0, 2**63 - 1, 0))
             writing = Writing(model_name, prime, model.sampler(prime, num_samples=n, seed=seed), seed)
             pieces = stream_text(writing, length, options)
             first = next(pieces)  # a bad prime or option fails here, before anything streams
@@ -187,7 +187,10 @@ def make_handlers(shelf: Shelf, limits: Limits):
             raise gr.Error("The model changed since this text was written; press Generate to start with it.")
         length, options = sampling_options(limits, length, temperature, top_k, top_p)
         if writing.sampler.items:  # items have ended: a new round of them, below the others
-            model = shelf.get(model_name)
+            try:
+                model = shelf.get(model_name)
+            except ChargenError as e:
+                raise gr.Error(str(e)) from None
             writing.done_items += [writing.prime + t for t in writing.sampler.texts]
             seed = None if writing.seed is None else writing.seed + writing.rounds
             writing.sampler = model.sampler(writing.prime, num_samples=writing.sampler.num_samples, seed=seed)
@@ -268,7 +271,7 @@ def make_trainer(shelf: Shelf, limits: Limits, job: TrainingJob):
                 raise ChargenError(f"unknown model size {str(preset)[:40]!r}; pick one from the list")
             seconds = int(clamp(seconds, limits.min_train_seconds, limits.max_train_seconds, 60))
             run_dir = new_run_dir(shelf.runs_dir, run_name, text_path)
-            corpus = chargen.load_corpus(text_path)
+            corpus = chargen.load_corpus(text_path, mode="auto")
             config = TrainConfig(max_time=seconds, eval_every=100, log_every=10, sample_chars=200)
             job.start(owner, corpus, run_dir, model_config, config)
         except ChargenError as e:
@@ -366,7 +369,7 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits = Limits()) -> gr
             with gr.Row():
                 length = gr.Slider(1, limits.max_length, value=500, step=1, label="length (characters)")
                 num_samples = gr.Slider(1, limits.max_samples, value=1, step=1, label="samples")
-                seed = gr.Number(None, label="seed (empty: random)", precision=0, minimum=0)
+                seed = gr.Number(-1, label="seed (-1: random)", precision=0, minimum=-1)
             with gr.Accordion("sampling", open=False), gr.Row():
                 temperature = gr.Slider(0.0, 2.0, value=0.8, step=0.05, label="temperature (0: greedy)")
                 top_k = gr.Slider(0, 200, value=0, step=1, label="top-k (0: off)")

@@ -41,7 +41,7 @@ class TrainConfig:
     batch_size: int = 32
     bptt: int = 128
     variable_bptt: bool = False
-    bucket_factor: int = 100  # lines mode: batches per length-sorted superbatch
+    bucket_factor: int = 500  # lines mode: batches per length-sorted superbatch
     # The learning rate comes from a reference setting tuned at base_batch_size, carried
     # to batch_size by lr_scaling (see chargen.schedule): LEGW by default.
     lr_scaling: str = "legw"
