@@ -1,6 +1,12 @@
+import contextlib
 import os
 import random
 import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +14,8 @@ import pytest
 import torch
 
 from chargen import ModelConfig, TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Tiny models run faster on one thread, and the suite does not fight other work for cores.
 torch.set_num_threads(1)
@@ -72,3 +80,41 @@ def interrupt_at(step):
         if event["event"] == "train" and event["step"] == step:
             os.kill(os.getpid(), signal.SIGINT)
     return hook
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def start_app(args: list[str], cwd: Path):
+    """``python app.py ARGS`` on a free loopback port; yields its URL once it serves."""
+    port = free_port()
+    env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("SPACE_ID", None)
+    log_path = cwd / f"app-{port}.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([sys.executable, str(ROOT / "app.py"), *args, "--port", str(port)],
+                                  cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            deadline = time.time() + 90
+            while True:
+                try:
+                    with urllib.request.urlopen(url, timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                if server.poll() is not None or time.time() > deadline:
+                    pytest.fail("the app did not start:\n" + log_path.read_text()[-3000:])
+                time.sleep(0.3)
+            yield url, server
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()

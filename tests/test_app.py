@@ -4,11 +4,7 @@
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,55 +14,24 @@ from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
 from chargen import checkpoint, load_corpus, train  # noqa: E402
-from conftest import make_text, name_list, tiny_model, tiny_train  # noqa: E402
+from conftest import make_text, name_list, start_app, tiny_model, tiny_train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, trained_run):
-    """models/ holds a tiny stream model ("shakespeare", the default) and a tiny lines model ("names");
-    the app serves them and writes its own runs to runs/."""
+    """models/ holds a tiny stream model ("shakespeare", the default) and a tiny lines model
+    ("names"); the app serves them and writes its own runs to runs/."""
     base = tmp_path_factory.mktemp("app")
     checkpoint.export_run(trained_run, base / "models" / "shakespeare")
     names = base / "names.txt"
     names.write_text("\n".join(name_list(300)) + "\n")
     train(load_corpus(names, mode="lines"), base / "names-run", tiny_model(), tiny_train(steps=20, eval_every=10))
     checkpoint.export_run(base / "names-run", base / "models" / "names")
-    port = free_port()
-    env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    env.pop("SPACE_ID", None)
-    log = open(base / "app.log", "w")  # noqa: SIM115 (closed below)
-    server = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--models", str(base / "models"),
-                               "--runs", str(base / "runs"), "--port", str(port)],
-                              cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if server.poll() is not None or time.time() > deadline:
-            server.kill()
-            pytest.fail("the app did not start:\n" + (base / "app.log").read_text()[-3000:])
-        time.sleep(0.3)
-    yield {"url": url, "base": base, "server": server}
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-    log.close()
+    with start_app(["--models", str(base / "models"), "--runs", str(base / "runs")], cwd=base) as (url, server):
+        yield {"url": url, "base": base, "server": server}
 
 
 @pytest.fixture()

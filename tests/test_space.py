@@ -49,3 +49,31 @@ def test_app_help_lists_its_options():
     assert out.returncode == 0, out.stderr
     for option in ("--host", "--port", "--models", "--runs", "--share", "127.0.0.1", "0.0.0.0"):
         assert option in out.stdout
+
+
+def test_shipped_models_match_their_readme():
+    import chargen
+
+    readme = (ROOT / "models" / "README.md").read_text()
+    for name, mode in (("shakespeare", "stream"), ("names", "lines")):
+        model = chargen.load(ROOT / "models" / name, device="cpu")
+        assert model.mode == mode
+        assert f"{model.config['summary']['best_val_bpc']:.4f}" in readme
+        assert f"{model.config['parameters']:,}" in readme
+        size = sum(f.stat().st_size for f in (ROOT / "models" / name).iterdir())
+        assert size < 6_000_000, "a shipped model is a few MB at most"
+    text = chargen.load(ROOT / "models" / "shakespeare").generate("ROMEO:", 200, seed=1)
+    assert len(text) == 200 and "\n" in text
+
+
+def test_fresh_app_serves_the_shipped_models(tmp_path):
+    """`python app.py` as a new user runs it: the default models folder, no training."""
+    from gradio_client import Client
+    from test_app import start_app
+
+    with start_app(["--runs", str(tmp_path / "runs")], cwd=tmp_path) as (url, _):
+        client = Client(url, verbose=False, analytics_enabled=False, download_files=False)
+        text = client.predict("shakespeare", "ROMEO:", 100, 0.8, 0, 1.0, 1, 1, api_name="/generate")
+        assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 100
+        names = client.predict("names", "", 20, 0.8, 0, 1.0, 1, 5, api_name="/generate").split("\n")
+        assert len(names) == 5 and all(names)
