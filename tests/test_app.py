@@ -176,3 +176,21 @@ def _has_playwright() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_bad_uploads_and_budgets_are_refused(client, tmp_path):
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(bytes(range(256)) * 10)
+    with pytest.raises(AppError, match=r"\.txt|file type|Invalid file"):
+        client.predict(handle_file(str(binary)), None, "tiny (1x128)", 10, "", api_name="/train")
+    with pytest.raises(AppError, match="greater than maximum"):
+        client.predict(None, "first_names.txt", "tiny (1x128)", 10**6, "", api_name="/train")
+
+
+def test_a_cancelled_generation_leaves_the_server_serving(client, served):
+    job = generate(client, length=3000)
+    for _ in job:
+        break  # the first streamed piece arrived: cancel, as the Stop button does
+    job.cancel()
+    assert served["server"].poll() is None
+    assert len(generate(client, length=30).result()) == len("the ") + 30
