@@ -127,6 +127,7 @@ class Writing:
     seed: int | None
     rounds: int = 1
     done_items: list[str] = field(default_factory=list)  # lines mode: items of earlier rounds
+    busy: bool = False  # a generation is drawing from the sampler now
 
     def text(self) -> str:
         if self.sampler.items:
@@ -153,13 +154,19 @@ def sampling_options(limits: Limits, length, temperature, top_k, top_p) -> tuple
 def stream_text(writing: Writing, length: int, options: dict) -> Iterator[tuple[str, Writing]]:
     """The session's text as it grows: at once after the first character, then at most
     every STREAM_EVERY seconds, and whole at the end."""
-    last = 0.0
-    for i, _ in enumerate(writing.sampler.pieces(length, **options)):
-        now = time.perf_counter()
-        if i == 0 or now - last >= STREAM_EVERY:
-            last = now
-            yield writing.text(), writing
-    yield writing.text(), writing
+    if writing.busy:  # e.g. Continue pressed twice: one sampler, one generation at a time
+        raise gr.Error("This text is still being generated; wait for it or press Stop.")
+    writing.busy = True
+    try:
+        last = 0.0
+        for i, _ in enumerate(writing.sampler.pieces(length, **options)):
+            now = time.perf_counter()
+            if i == 0 or now - last >= STREAM_EVERY:
+                last = now
+                yield writing.text(), writing
+        yield writing.text(), writing
+    finally:
+        writing.busy = False
 
 
 def make_handlers(shelf: Shelf, limits: Limits):
@@ -185,6 +192,8 @@ def make_handlers(shelf: Shelf, limits: Limits):
             raise gr.Error("Nothing to continue yet: press Generate first.")
         if writing.model_name != model_name:
             raise gr.Error("The model changed since this text was written; press Generate to start with it.")
+        if writing.busy:
+            raise gr.Error("This text is still being generated; wait for it or press Stop.")
         length, options = sampling_options(limits, length, temperature, top_k, top_p)
         if writing.sampler.items:  # items have ended: a new round of them, below the others
             try:

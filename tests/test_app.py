@@ -4,6 +4,7 @@
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -194,3 +195,27 @@ def test_a_cancelled_generation_leaves_the_server_serving(client, served):
     job.cancel()
     assert served["server"].poll() is None
     assert len(generate(client, length=30).result()) == len("the ") + 30
+
+
+def test_one_generation_at_a_time_per_text(trained_run):
+    """Continue pressed again while the text is still growing is refused, not run on the
+    same sampler at once; the flag is cleared when a generation ends or is cancelled."""
+    import importlib.util
+
+    import gradio as gr
+
+    import chargen
+
+    spec = importlib.util.spec_from_file_location("chargen_app", ROOT / "app.py")
+    app = importlib.util.module_from_spec(spec)
+    sys.modules["chargen_app"] = app  # dataclasses look their module up there
+    spec.loader.exec_module(app)
+    model = chargen.load(trained_run, device="cpu")
+    writing = app.Writing("m", "the ", model.sampler("the ", seed=1), 1)
+    first = app.stream_text(writing, 200, {"temperature": 1.0})
+    next(first)
+    with pytest.raises(gr.Error, match="still being generated"):
+        next(app.stream_text(writing, 10, {}))
+    first.close()  # what a cancel does
+    *_, (text, _) = app.stream_text(writing, 10, {})
+    assert text.startswith("the ") and not writing.busy
