@@ -13,8 +13,8 @@ from .device import resolve_device
 from .errors import ChargenError
 from .feeds import eval_streams, evaluate_streams
 from .lines import LineItems, evaluate_items, split_items
-from .model import CharLSTM, ModelConfig
-from .sample import Sampler, check_sampling, collect
+from .model import CharLSTM, LeanStep, ModelConfig
+from .sample import LEAN_MAX_SAMPLES, Sampler, check_sampling, collect
 from .tokenizer import CharTokenizer
 from .train import LN2
 
@@ -31,6 +31,7 @@ class TrainedModel:
         # Lines mode starts every item from <bos>: no prime needed.
         self.default_prime: str = "" if self.mode == "lines" else config.get("default_prime") or tokenizer.chars[0]
         self._item_hashes: torch.Tensor | None = None
+        self._step: LeanStep | None = None  # built once: every sampler shares it
 
     @property
     def device(self) -> torch.device:
@@ -58,8 +59,10 @@ class TrainedModel:
         to continue from where it stopped."""
         # An empty prime feeds the run's default (a newline for most texts; in lines mode
         # nothing: items start from <bos>), not shown.
+        if self._step is None and num_samples <= LEAN_MAX_SAMPLES:
+            self._step = self.model.stepper()
         return Sampler(self.model, self.tokenizer, prime or self.default_prime, num_samples=num_samples, seed=seed,
-                       items=self.mode == "lines")
+                       items=self.mode == "lines", step=self._step)
 
     def stream(self, prime: str = "", length: int = 500, **options) -> Iterator[str]:
         """Yields the continuation of ``prime`` a character at a time (for live display)."""

@@ -75,6 +75,54 @@ class CharLSTM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def stepper(self) -> LeanStep:
+        """A one-step forward for sampling, on weights pulled out now (see ``LeanStep``):
+        the same function as ``forward`` on one time step in eval mode."""
+        return LeanStep(self)
+
+
+class LeanStep:
+    """One time step of a ``CharLSTM`` in eval mode, for sampling a character at a time.
+
+    Per character, ``nn.LSTM`` costs far more in call overhead (argument checks, weight
+    flattening, the general multi-step kernel) than in arithmetic. Here the weights are
+    pulled out once: the embedding is folded into the first layer's input weights and both
+    biases (a table of vocabulary x 4·hidden, so that product becomes a row lookup), and a
+    step is one ``addmm`` per layer, the gate nonlinearities and one ``addmm`` for the head.
+    A snapshot: build a new one after the weights change."""
+
+    @torch.inference_mode()
+    def __init__(self, model: CharLSTM) -> None:
+        lstm, layers = model.lstm, model.config.layers
+        weight = [getattr(lstm, f"weight_ih_l{k}") for k in range(layers)]
+        recurrent = [getattr(lstm, f"weight_hh_l{k}") for k in range(layers)]
+        bias = [getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}") for k in range(layers)]
+        self.table = torch.addmm(bias[0], model.embed.weight, weight[0].t())
+        self.recurrent = [w.t().contiguous() for w in recurrent]
+        self.weight = [None] + [w.t().contiguous() for w in weight[1:]]
+        self.bias = bias
+        self.head_weight = model.head.weight.t().contiguous()
+        self.head_bias = model.head.bias.detach().clone()
+        self.hidden = model.config.hidden
+
+    def __call__(self, ids: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """ids (batch,) -> logits (batch, vocab) and the next state."""
+        h, c = state
+        hs, cs = [], []
+        x = None
+        for k in range(len(self.recurrent)):
+            if k == 0:
+                gates = torch.addmm(self.table[ids], h[0], self.recurrent[0])
+            else:
+                gates = torch.addmm(self.bias[k], x, self.weight[k]).addmm_(h[k], self.recurrent[k])
+            n = self.hidden  # PyTorch's gate order: input, forget, cell, output
+            i_f = torch.sigmoid(gates[:, : 2 * n])
+            cell = i_f[:, n:] * c[k] + i_f[:, :n] * torch.tanh(gates[:, 2 * n : 3 * n])
+            x = torch.sigmoid(gates[:, 3 * n :]) * torch.tanh(cell)
+            hs.append(x)
+            cs.append(cell)
+        return torch.addmm(self.head_bias, x, self.head_weight), (torch.stack(hs), torch.stack(cs))
+
 
 def detach_state(state: State) -> State:
     """Cut the graph at a chunk boundary but keep the values: truncated BPTT."""

@@ -40,15 +40,25 @@ def test_greedy_and_its_equivalents(model):
     assert model.generate("and ", 40, top_p=1e-6, seed=9) == greedy
 
 
-def test_state_is_carried_not_refed(model):
-    """Each new character costs one one-step forward call after the prime."""
+def test_state_is_carried_not_refed(model, monkeypatch):
+    """The prime is fed once through nn.LSTM; then each new character costs one lean step
+    on the id just drawn, from the carried state."""
+    from chargen.model import LeanStep
+
     calls = []
-    hook = model.model.lstm.register_forward_hook(lambda m, args, out: calls.append(args[0].shape[0]))
+    hook = model.model.lstm.register_forward_hook(lambda m, args, out: calls.append(("lstm", args[0].shape[0])))
+    real_step = LeanStep.__call__
+
+    def step(self, ids, state):
+        calls.append(("step", tuple(ids.shape)))
+        return real_step(self, ids, state)
+
+    monkeypatch.setattr(LeanStep, "__call__", step)
     try:
         model.generate("the king", 30, seed=0)
     finally:
         hook.remove()
-    assert calls == [len("the king")] + [1] * 29
+    assert calls == [("lstm", len("the king"))] + [("step", (1,))] * 29
 
 
 def test_never_emits_specials(model):
@@ -105,3 +115,40 @@ def test_sampler_checks_options_when_asked(model):
     with pytest.raises(ChargenError, match="never saw.*'Z'"):
         model.sampler("Zed")
     assert sampler.texts == [""]  # a refused call drew nothing
+
+
+def test_lean_step_is_the_models_step(model):
+    """LeanStep (weights pulled out once, embedding folded into a table) computes what
+    the model's forward does on one step, for every layer (the tiny model has 2)."""
+    net = model.model
+    assert net.config.layers == 2
+    torch.manual_seed(0)
+    state = tuple(torch.randn(2, 5, net.config.hidden) for _ in range(2))
+    ids = torch.randint(0, net.config.vocab_size, (5,))
+    with torch.inference_mode():
+        logits, (h, c) = net(ids.unsqueeze(0), state)
+        lean_logits, (lean_h, lean_c) = net.stepper()(ids, state)
+    torch.testing.assert_close(lean_logits, logits[0])
+    torch.testing.assert_close(lean_h, h)
+    torch.testing.assert_close(lean_c, c)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lean_sampling_draws_the_reference_samples(model, seed):
+    from chargen.sample import Sampler
+
+    texts = []
+    for lean in (True, False):
+        sampler = Sampler(model.model, model.tokenizer, "the ", num_samples=3, seed=seed, lean=lean)
+        list(sampler.pieces(400, temperature=1.0, top_k=20))
+        texts.append(sampler.texts)
+    assert texts[0] == texts[1]
+
+
+def test_lean_path_for_few_samples_only(model):
+    from chargen.sample import LEAN_MAX_SAMPLES, Sampler
+
+    few = Sampler(model.model, model.tokenizer, "the ", num_samples=LEAN_MAX_SAMPLES)
+    many = Sampler(model.model, model.tokenizer, "the ", num_samples=LEAN_MAX_SAMPLES + 1)
+    assert few._step is not None and many._step is None
+    assert len(model.generate_batch("the ", 20, num_samples=LEAN_MAX_SAMPLES + 1, seed=2)) == LEAN_MAX_SAMPLES + 1
