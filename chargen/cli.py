@@ -212,6 +212,7 @@ def configs_from_args(args: argparse.Namespace, run_dir: Path) -> tuple[ModelCon
 def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .distributed import from_environment, leave
     from .train import train
 
     run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file).stem
@@ -226,8 +227,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not (args.quiet and message.startswith("--- sample")):
             tqdm.write(message, file=sys.stderr)
 
-    result = train(corpus, run_dir, model_config, config, resume=args.resume, force=args.force,
-                   log=log, progress_bar=not args.quiet)
+    # Under torchrun: join the process group; each rank takes its own GPU where there are GPUs.
+    ranks, device = from_environment(config.device)
+    try:
+        result = train(corpus, run_dir, model_config, replace(config, device=device), resume=args.resume,
+                       force=args.force, log=log, progress_bar=not args.quiet, ranks=ranks)
+    finally:
+        leave()
     return {"done": 0, "time": 0, "interrupted": 130}[result.stopped]
 
 

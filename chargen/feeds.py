@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .corpus import Streams, batchify, chunk_length, epoch_steps, min_train_chars
+from .distributed import SINGLE, Ranks
 from .errors import ChargenError
 from .lines import LineItems, epoch_batches, epoch_length, evaluate_items, padded_share
 from .model import CharLSTM
@@ -25,7 +26,7 @@ from .model import CharLSTM
 class Batch:
     x: torch.Tensor  # (time, batch) inputs
     y: torch.Tensor  # (time, batch) targets; IGNORE where padded
-    targets: int  # real (unpadded) targets in the batch
+    targets: int  # real (unpadded) targets in the batch: the global batch, when distributed
     lr_scale: float  # a shorter chunk than bptt gets a proportionally smaller step
     new_epoch: bool  # the batch starts an epoch: no state carries into it
     loss_weight: float = 1.0  # the batch's mean loss is scaled by this for the gradient
@@ -38,27 +39,29 @@ def eval_streams(ids: np.ndarray, device: torch.device) -> Streams:
 
 
 @torch.inference_mode()
-def evaluate_streams(model: CharLSTM, streams: Streams, bptt: int = 256) -> float:
-    """Mean loss (nats per character) over every target in ``streams``, state carried."""
+def evaluate_streams(model: CharLSTM, streams: Streams, bptt: int = 256, ranks: Ranks = SINGLE) -> float:
+    """Mean loss (nats per character) over every target in ``streams``, state carried;
+    distributed, each rank holds some of the streams and the sums are added up."""
     was_training = model.training
     model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=streams.data.device)
-    count, position, state = 0, 0, None
-    while not streams.finished(position):
+    sums = torch.zeros(2, dtype=torch.float64, device=streams.data.device)  # loss, targets
+    position, state = 0, None
+    while streams.n_streams and not streams.finished(position):
         x, y = streams.chunk(position, bptt)
         logits, state = model(x, state)
-        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
-        count += y.numel()
+        sums[0] += torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
+        sums[1] += y.numel()
         position += x.shape[0]
     model.train(was_training)
-    return total.item() / count
+    total, count = ranks.sum(sums).tolist()
+    return total / count
 
 
 class StreamFeed:
     carries_state = True
 
     def __init__(self, train_ids: np.ndarray, val_ids: np.ndarray, batch_size: int, bptt: int,
-                 variable_bptt: bool, device: torch.device) -> None:
+                 variable_bptt: bool, device: torch.device, ranks: Ranks = SINGLE) -> None:
         need = min_train_chars(batch_size, bptt)
         if len(train_ids) < need:
             fits = len(train_ids) // (bptt + 1)
@@ -69,8 +72,11 @@ class StreamFeed:
             )
         if len(val_ids) < 2:
             raise ChargenError("the validation text needs at least 2 characters")
-        self.streams = Streams(batchify(train_ids, batch_size, device))
-        self.val_streams = eval_streams(val_ids, device)
+        # Distributed, each rank trains its own contiguous block of the streams (a contiguous
+        # stretch of the text) and validates on every world-th validation stream.
+        self.streams = Streams(batchify(train_ids, batch_size, device)[:, ranks.block(batch_size)].contiguous())
+        self.val_streams = Streams(eval_streams(val_ids, device).data[:, ranks.rank :: ranks.world].contiguous())
+        self.batch_size, self.ranks = batch_size, ranks
         self.bptt, self.variable_bptt = bptt, variable_bptt
         self.n_train, self.val_targets = len(train_ids), len(val_ids) - 1
         self.steps_per_epoch = self.steps_per_epoch_at(batch_size)
@@ -82,7 +88,8 @@ class StreamFeed:
         return f"{self.n_train:,} training / {self.val_targets + 1:,} validation chars"
 
     def batch_description(self) -> str:
-        return f"{self.streams.n_streams} streams x {self.bptt} chars"
+        split = f" ({self.streams.n_streams} on each of {self.ranks.world} processes)" if self.ranks.active else ""
+        return f"{self.batch_size} streams{split} x {self.bptt} chars"
 
     def next(self, progress, rng: np.random.Generator) -> Batch:
         new_epoch = progress.position == 0
@@ -90,13 +97,13 @@ class StreamFeed:
             progress.epoch, progress.position, new_epoch = progress.epoch + 1, 0, True
         x, y = self.streams.chunk(progress.position, chunk_length(rng, self.bptt, self.variable_bptt))
         progress.position += x.shape[0]
-        return Batch(x, y, x.numel(), x.shape[0] / self.bptt, new_epoch)
+        return Batch(x, y, x.numel() * self.ranks.world, x.shape[0] / self.bptt, new_epoch)
 
     def epoch_fraction(self, position: int) -> float:
         return position / max(1, self.streams.length - 1)
 
     def evaluate(self, model: CharLSTM) -> float:
-        return evaluate_streams(model, self.val_streams)
+        return evaluate_streams(model, self.val_streams, ranks=self.ranks)
 
 
 class LinesFeed:

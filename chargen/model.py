@@ -114,7 +114,7 @@ class LeanStep:
             if k == 0:
                 gates = torch.addmm(self.table[ids], h[0], self.recurrent[0])
             else:
-                gates = torch.addmm(self.bias[k], x, self.weight[k]).addmm_(h[k], self.recurrent[k])
+                gates = torch.addmm(torch.addmm(self.bias[k], x, self.weight[k]), h[k], self.recurrent[k])
             n = self.hidden  # PyTorch's gate order: input, forget, cell, output
             i_f = torch.sigmoid(gates[:, : 2 * n])
             cell = i_f[:, n:] * c[k] + i_f[:, :n] * torch.tanh(gates[:, 2 * n : 3 * n])

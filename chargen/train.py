@@ -18,11 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from . import __version__, checkpoint
 from .corpus import CorpusText
 from .device import resolve_device, resolve_precision
+from .distributed import SINGLE, Ranks
 from .errors import ChargenError
 from .feeds import LinesFeed, StreamFeed
 from .lines import IGNORE, LineItems
@@ -119,6 +121,7 @@ class TrainResult:
     last_val_loss: float | None
     stopped: str  # "done", "time" (hit --max-time) or "interrupted" (SIGINT / SIGTERM)
     history: list[dict] = field(default_factory=list)
+    model: CharLSTM | None = field(default=None, repr=False)  # the trained model, latest weights
 
 
 class StopSignals:
@@ -237,12 +240,12 @@ def restore_checkpoint(
 
 
 def make_feed(corpus: CorpusText, tokenizer: CharTokenizer, config: TrainConfig,
-              device: torch.device) -> StreamFeed | LinesFeed:
+              device: torch.device, ranks: Ranks = SINGLE) -> StreamFeed | LinesFeed:
     if corpus.mode == "lines":
         return LinesFeed(LineItems(corpus.train_items, tokenizer), LineItems(corpus.val_items, tokenizer),
                          config.batch_size, config.bucket_factor, config.seed, device)
     return StreamFeed(tokenizer.encode(corpus.train), tokenizer.encode(corpus.val), config.batch_size,
-                      config.bptt, config.variable_bptt, device)
+                      config.bptt, config.variable_bptt, device, ranks)
 
 
 def run_config(
@@ -296,14 +299,25 @@ def train(
     progress_bar: bool = False,
     on_event: Callable[[dict], None] | None = None,
     stop: threading.Event | None = None,
+    ranks: Ranks = SINGLE,
 ) -> TrainResult:
     """Train (or with ``resume``, continue) the run in ``run_dir`` on ``corpus``.
 
     ``on_event`` gets every metrics event as it is written (train, val) and the samples
     drawn at each validation (``{"event": "sample", "texts": [...]}``, not written);
-    setting ``stop`` ends the run after the current step, with a checkpoint, like Ctrl-C."""
+    setting ``stop`` ends the run after the current step, with a checkpoint, like Ctrl-C.
+    Under torchrun, ``ranks`` (``chargen.distributed.from_environment``) says which process
+    this is: ``config.batch_size`` is the global batch, and only rank 0 writes or logs."""
     run_dir = Path(run_dir)
     config = config or TrainConfig()
+    if ranks.active:
+        if corpus.mode == "lines":
+            raise ChargenError("lines mode does not train under torchrun yet; train it in one process")
+        if config.batch_size % ranks.world:
+            raise ChargenError(f"--batch-size {config.batch_size} (the global batch) does not divide among "
+                               f"{ranks.world} processes; use a multiple of {ranks.world}")
+    if not ranks.main:  # one voice: rank 0 logs, shows progress and reports events
+        log, progress_bar, on_event = None, False, None
     log = log or (lambda message: None)
     device = resolve_device(config.device)
     autocast_dtype = resolve_precision(config.precision, device)
@@ -319,25 +333,38 @@ def train(
         # A stream starts best after a line break; an item starts from <bos> (no prime).
         default_prime = "" if corpus.mode == "lines" else "\n" if "\n" in tokenizer else corpus.train[0]
 
-    feed = make_feed(corpus, tokenizer, config, device)
+    feed = make_feed(corpus, tokenizer, config, device, ranks)
     steps_per_epoch = feed.steps_per_epoch
 
     torch.manual_seed(config.seed)
     model = CharLSTM(model_config).to(device)
+    # DDP averages the ranks' gradients: one step over the global batch. (The same seed
+    # gave every rank the same weights; DDP checks that by broadcasting rank 0's.)
+    net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if ranks.active else model
     optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.base_lr, betas=(0.9, 0.99))
     rng = np.random.default_rng(config.seed)
     requested = requested_steps(config, steps_per_epoch)
     carry: State | None = None
     if resume:
         progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device)
+        if carry is not None:  # the saved state of all the streams: this rank's block of it
+            carry = tuple(part[:, ranks.block(config.batch_size)].contiguous() for part in carry)
         if progress.requested_steps != requested:  # a new plan was asked for
             progress.requested_steps = progress.total_steps = requested
     else:
-        checkpoint.prepare_new_run(run_dir, force)
+        error = None
+        if ranks.main:
+            try:
+                checkpoint.prepare_new_run(run_dir, force)
+                checkpoint.write_tokenizer(run_dir, tokenizer)
+                if corpus.mode == "lines":
+                    checkpoint.write_items(run_dir, corpus.train_items)
+            except ChargenError as e:
+                error = str(e)
+        ranks.agree(error)
         progress = Progress(total_steps=requested, requested_steps=requested)
-        checkpoint.write_tokenizer(run_dir, tokenizer)
-        if corpus.mode == "lines":
-            checkpoint.write_items(run_dir, corpus.train_items)
+    if ranks.active:  # different dropout on every rank, as over one batch
+        torch.manual_seed(config.seed + 7919 * ranks.rank + progress.step)
     scaling = config.scaling(feed.steps_per_epoch_at(config.base_batch_size))
     # A short plan gets a short warmup: at most half of it.
     schedule = scaling.schedule(config.batch_size, steps_per_epoch, progress.total_steps, config.decay,
@@ -345,8 +372,9 @@ def train(
     config_record = run_config(model_config, config, corpus, default_prime, model.num_parameters())
 
     def write_config() -> None:
-        lr_record = scaling.describe(config.batch_size, steps_per_epoch, schedule)
-        checkpoint.write_config(run_dir, config_record | {"lr_schedule": lr_record, "summary": summary(progress)})
+        if ranks.main:
+            lr_record = scaling.describe(config.batch_size, steps_per_epoch, schedule)
+            checkpoint.write_config(run_dir, config_record | {"lr_schedule": lr_record, "summary": summary(progress)})
 
     write_config()
     metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
@@ -371,7 +399,8 @@ def train(
 
     def record(event: dict) -> None:
         event = {"event": event.pop("event"), "step": progress.step, "epoch": round(epoch_float(), 4)} | event
-        metrics.write(event)
+        if ranks.main:
+            metrics.write(event)
         history.append(event)
         if on_event is not None:
             on_event(event)
@@ -385,12 +414,13 @@ def train(
         is_best = progress.best_val_loss is None or val_loss < progress.best_val_loss
         if is_best:
             progress.best_val_loss = val_loss
-            checkpoint.save_tensors(run_dir / checkpoint.BEST, model.state_dict(), {"step": progress.step})
+            if ranks.main:
+                checkpoint.save_tensors(run_dir / checkpoint.BEST, model.state_dict(), {"step": progress.step})
         record({"event": "val", "val_loss": val_loss, "val_bpc": val_loss / LN2, "best": is_best,
                 "elapsed": round(progress.train_seconds, 2)})
         log(f"step {progress.step:,}  epoch {epoch_float():.2f}  val loss {val_loss:.4f}  "
             f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
-        if config.sample_chars:  # lines mode: a few items; a stream: one passage
+        if config.sample_chars and ranks.main:  # lines mode: a few items; a stream: one passage
             lines = corpus.mode == "lines"
             n = LINE_SAMPLES if lines else 1
             pieces = sample_text(model, tokenizer, default_prime, config.sample_chars, num_samples=n,
@@ -403,7 +433,9 @@ def train(
         return val_loss
 
     def save() -> None:
-        save_checkpoint(run_dir, model, optimizer, progress, carry, rng, config)
+        full_carry = carry if carry is None else tuple(ranks.gather_streams(part) for part in carry)
+        if ranks.main:
+            save_checkpoint(run_dir, model, optimizer, progress, full_carry, rng, config)
         write_config()
 
     model.train()
@@ -421,6 +453,7 @@ def train(
         seconds_left = config.max_time - (time.perf_counter() - invocation_start)
         total = fit_to_time(progress.requested_steps, progress.step, seconds_left, step_seconds,
                             eval_seconds, config.eval_every)
+        total = ranks.from_main(total, device)  # every rank follows rank 0's clock
         if abs(total - progress.total_steps) > progress.total_steps // 100:
             log(f"plan fitted to --max-time {config.max_time:g}: {total:,} steps "
                 f"({step_seconds * 1000:.0f} ms a step, {eval_seconds:.1f} s a validation)")
@@ -431,7 +464,7 @@ def train(
     bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", disable=not progress_bar,
                dynamic_ncols=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30)
     with StopSignals(log, stop) as signals, bar:
-        while progress.step < progress.total_steps and not signals.requested:
+        while progress.step < progress.total_steps and not ranks.any(signals.requested, device):
             batch = feed.next(progress, rng)
             if batch.new_epoch or not feed.carries_state:  # an epoch (or an item) starts from zero
                 carry = None
@@ -442,7 +475,7 @@ def train(
                 group["lr"] = lr
 
             with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                logits, carry = model(batch.x, carry)
+                logits, carry = net(batch.x, carry)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
             optimizer.zero_grad(set_to_none=True)
             (loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
@@ -467,7 +500,8 @@ def train(
                 fit_plan(eval_seconds if eval_seconds is not None else guess)
 
             if progress.step % config.log_every == 0 or progress.step == progress.total_steps:
-                mean_loss = (loss_sum / loss_count).item()  # the loop's only read from the device
+                # The loop's only read from the device (and, distributed, its only sum of losses).
+                mean_loss = (ranks.sum(loss_sum) / (loss_count * ranks.world)).item()
                 chars_per_s = window_chars / max(1e-9, now - window_start)
                 record({"event": "train", "total_steps": progress.total_steps, "loss": mean_loss,
                         "bpc": mean_loss / LN2, "lr": lr,
@@ -485,10 +519,11 @@ def train(
                 if config.max_time is not None and progress.step < progress.total_steps:
                     fit_plan(eval_seconds)
                 last_tick = window_start = time.perf_counter()  # validation is not training time
-            if config.max_time is not None and time.perf_counter() - invocation_start >= config.max_time:
+            out_of_time = config.max_time is not None and time.perf_counter() - invocation_start >= config.max_time
+            if ranks.any(out_of_time, device):
                 stopped = "time"
                 break
-        if signals.requested:
+        if ranks.any(signals.requested, device):
             stopped = "interrupted"
 
     if stopped == "time" and validated_at != progress.step:
@@ -500,7 +535,7 @@ def train(
     log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}; "
         f"checkpoint in {run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
     return TrainResult(run_dir, progress.step, progress.total_steps, epoch_float(),
-                       progress.best_val_loss, progress.last_val_loss, stopped, history)
+                       progress.best_val_loss, progress.last_val_loss, stopped, history, model.eval())
 
 
 def summary(progress: Progress) -> dict:

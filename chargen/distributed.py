@@ -1,0 +1,114 @@
+"""Training across processes with torchrun: torch.distributed DDP, gloo on CPU, nccl on GPU.
+
+    torchrun --standalone --nproc_per_node=2 -m chargen train corpora/shakespeare.txt
+
+torchrun starts one process per rank and sets RANK, WORLD_SIZE, LOCAL_RANK and the
+rendezvous address; ``from_environment`` joins the group. ``--batch-size`` stays the
+global batch: each rank trains its own contiguous block of the streams, DDP averages the
+gradients (so a step is the step of one process over the global batch), validation sums
+are added up across ranks, and only rank 0 writes the run folder. Every rank takes every
+decision that changes the plan (stop, refit to --max-time) from the same agreed values.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .errors import ChargenError
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the training processes (one of one when not distributed)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that writes files, logs and shows progress."""
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    def block(self, n: int) -> slice:
+        """This rank's contiguous block of ``n`` (a multiple of the world size) streams."""
+        size = n // self.world
+        return slice(self.rank * size, (self.rank + 1) * size)
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over all ranks (on every rank)."""
+        if self.active:
+            tensor = tensor.clone()
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def any(self, flag: bool, device: torch.device) -> bool:
+        """True on every rank if ``flag`` is True on any."""
+        if not self.active:
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
+    def from_main(self, value: int, device: torch.device) -> int:
+        """Rank 0's ``value``, on every rank."""
+        if not self.active:
+            return value
+        tensor = torch.tensor([value], dtype=torch.long, device=device)
+        dist.broadcast(tensor, src=0)
+        return int(tensor.item())
+
+    def gather_streams(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's (layers, streams, hidden) block of the carried state, joined in rank
+        order into the state of all the streams (on every rank)."""
+        if not self.active:
+            return tensor
+        parts = [torch.empty_like(tensor) for _ in range(self.world)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts, dim=1)
+
+    def agree(self, error: str | None) -> None:
+        """Raise ``error`` (rank 0's check of the run folder) on every rank, so that no rank
+        goes on to wait for one that stopped."""
+        if not self.active:
+            if error:
+                raise ChargenError(error)
+            return
+        message = [error]
+        dist.broadcast_object_list(message, src=0)
+        if message[0]:
+            raise ChargenError(message[0])
+
+
+SINGLE = Ranks()
+
+
+def from_environment(device: str = "auto") -> tuple[Ranks, str]:
+    """Join the process group torchrun set up (if it did), and the device for this rank:
+    ``cuda:LOCAL_RANK`` with nccl where CUDA is asked for or automatic and present, else
+    the CPU with gloo."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return SINGLE, device
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device in ("auto", "cuda") and torch.cuda.is_available()
+    if use_cuda:
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    elif device == "auto":
+        device = "cpu"
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    return Ranks(rank, world), device
+
+
+def leave() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

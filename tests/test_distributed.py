@@ -1,0 +1,128 @@
+"""Training under torchrun: 2 processes with gloo on the CPU, against one process over the
+same global batch."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import chargen
+from chargen import ChargenError, load_corpus, train
+from chargen.cli import main
+from chargen.distributed import Ranks
+from conftest import make_text, name_list, tiny_model, tiny_train
+
+ROOT = Path(__file__).resolve().parents[1]
+FLAGS = ["--hidden", "24", "--layers", "2", "--embedding", "8", "--batch-size", "8", "--bptt", "16",
+         "--eval-every", "10", "--steps", "30", "--dropout", "0", "--precision", "fp32", "--device", "cpu",
+         "--quiet", "--seed", "3"]
+
+
+def torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args],
+                         cwd=cwd, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ddp") / "tiny.txt"
+    path.write_text(make_text(2000))
+    return path
+
+
+def losses(run: Path) -> list[float]:
+    return [e["loss"] for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if e["event"] == "train"]
+
+
+def test_two_processes_train_like_one_over_the_global_batch(text_file):
+    base = text_file.parent
+    out = torchrun(["-m", "chargen", "train", str(text_file), "--out", "ddp", *FLAGS], base)
+    assert main(["train", str(text_file), "--out", str(base / "single"), *FLAGS]) == 0
+    # The same losses and weights, up to the order of float sums.
+    assert losses(base / "ddp") == pytest.approx(losses(base / "single"), rel=1e-5)
+    ddp, single = load_file(base / "ddp" / "model.safetensors"), load_file(base / "single" / "model.safetensors")
+    for name in single:
+        torch.testing.assert_close(ddp[name], single[name], rtol=1e-4, atol=1e-5)
+    # Rank 0 alone writes: one run folder like a one-process run's, each event once.
+    assert sorted(p.name for p in (base / "ddp").iterdir()) == sorted(p.name for p in (base / "single").iterdir())
+    events = (base / "ddp" / "metrics.jsonl").read_text().splitlines()
+    assert len(events) == len(set(events)) == len((base / "single" / "metrics.jsonl").read_text().splitlines())
+    assert out.stderr.count("finished at step 30") == 1  # rank 0 logs; never one line per rank
+    assert json.loads((base / "ddp" / "config.json").read_text())["train"]["batch_size"] == 8
+
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, threading
+    import torch, torch.distributed as dist
+    from chargen import load_corpus, train
+    from chargen.distributed import from_environment, leave
+    sys.path.insert(0, {tests!r})
+    from conftest import tiny_model, tiny_train
+
+    ranks, device = from_environment("cpu")
+    stop = threading.Event()
+    def hook(event):  # the app's Stop, at step 10, on rank 0 only: the ranks must agree
+        if event["event"] == "train" and event["step"] == 10:
+            stop.set()
+    config = tiny_train(steps=20, batch_size=8, eval_every=5, sample_chars=0, precision="fp32")
+    result = train(load_corpus({text!r}), {run!r}, tiny_model(dropout=0.0), config, on_event=hook,
+                   stop=stop if ranks.main else None, ranks=ranks)
+    flat = torch.cat([p.detach().flatten() for p in result.model.parameters()])
+    every = [torch.empty_like(flat) for _ in range(ranks.world)]
+    dist.all_gather(every, flat)
+    spread = max((w - flat).abs().max().item() for w in every)
+    leave()
+    report = {{"rank": ranks.rank, "step": result.step, "stopped": result.stopped, "spread": spread}}
+    with open({run!r} + f"-rank{{ranks.rank}}.json", "w") as f:
+        json.dump(report, f)
+""")
+
+
+def test_stop_on_one_rank_stops_all_and_resume_in_one_process(text_file, tmp_path):
+    """Rank 0 alone sees Stop at step 10: every rank stops there (none waits forever) with
+    the very same parameters, the checkpoint holds the state of all 8 streams, and one
+    process resumes it to the end, matching a one-process run."""
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.format(tests=str(ROOT / "tests"), text=str(text_file), run=str(tmp_path / "run")))
+    torchrun([str(script)], tmp_path)
+    reports = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("run-rank*.json"))]
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    assert all(r["step"] == 10 and r["stopped"] == "interrupted" for r in reports)
+    assert all(r["spread"] == 0.0 for r in reports), "the ranks' parameters differ"
+    corpus = load_corpus(text_file)
+    config = tiny_train(steps=20, batch_size=8, eval_every=5, sample_chars=0, precision="fp32")
+    resumed = train(corpus, tmp_path / "run", config=config, resume=True)
+    whole = train(corpus, tmp_path / "whole", tiny_model(dropout=0.0), config)
+    assert resumed.step == whole.step == 20
+    assert resumed.last_val_loss == pytest.approx(whole.last_val_loss, rel=1e-5)
+    a, b = load_file(tmp_path / "run" / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
+    for name in b:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5)
+
+
+def test_refusals_before_any_process_waits(tmp_path, text_file):
+    names = tmp_path / "names.txt"
+    names.write_text("\n".join(name_list(200)) + "\n")
+    with pytest.raises(ChargenError, match="lines mode does not train under torchrun"):
+        train(load_corpus(names, mode="lines"), tmp_path / "a", tiny_model(), tiny_train(), ranks=Ranks(0, 2))
+    with pytest.raises(ChargenError, match="does not divide among 2 processes"):
+        train(load_corpus(text_file), tmp_path / "b", tiny_model(), tiny_train(batch_size=5), ranks=Ranks(0, 2))
+
+
+def test_bf16_autocast_on_cpu_trains_and_samples(tmp_path, text_file):
+    result = train(load_corpus(text_file), tmp_path / "run", tiny_model(), tiny_train(steps=4, precision="bf16"))
+    assert result.step == 4 and result.last_val_loss == result.last_val_loss  # not NaN
+    model = chargen.load(tmp_path / "run", device="cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        texts = model.generate_batch("the ", 30, num_samples=2, seed=1)
+        texts += model.generate_batch("the ", 30, num_samples=12, seed=1)
+    assert all(len(t) == 30 for t in texts)
