@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import __version__, checkpoint
 from .corpus import ERROR_POLICIES, load_corpus, read_text
+from .device import PRECISIONS
 from .errors import ChargenError
 from .lines import MODES
 from .model import ModelConfig
@@ -138,9 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                      f"(default {d['sample_chars']}; 0 for none)")
     opt.add_argument("--device", help="auto (CUDA when present), cpu or cuda (default auto)")
     opt.add_argument("--seed", type=int, help=f"random seed (default {d['seed']})")
-    opt.add_argument("--precision", choices=("auto", "fp32", "bf16"),
-                     help="bf16 autocast or plain fp32; auto is bf16 where the CPU or GPU multiplies "
-                     "bf16 natively (default auto)")
+    opt.add_argument("--precision", choices=PRECISIONS,
+                     help="autocast to bf16 or fp16 (with gradient scaling), or plain fp32; auto is bf16 "
+                     "where the CPU or GPU multiplies bf16 natively, else fp32 (default auto)")
     t.add_argument("--quiet", action="store_true", help="no progress bar or samples")
 
     s = commands.add_parser("sample", help="print text sampled from a trained model")

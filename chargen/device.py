@@ -25,7 +25,7 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -39,9 +39,12 @@ def native_bf16(device: torch.device) -> bool:
 
 def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for training, or None for plain fp32. ``auto`` picks bf16 where
-    the hardware has it (weights and optimizer state stay fp32 either way)."""
+    the hardware has it (weights and optimizer state stay fp32 either way); fp16 is for
+    GPUs without bf16, and its gradients are scaled against underflow."""
     if name not in PRECISIONS:
         raise ChargenError(f"--precision must be one of {', '.join(PRECISIONS)}, not {name!r}")
+    if name == "fp16" and device.type != "cuda":  # oneDNN's CPU LSTM has no fp16 kernel
+        raise ChargenError("--precision fp16 is for CUDA GPUs; on the CPU use bf16 or fp32")
     if name == "fp32" or (name == "auto" and not native_bf16(device)):
         return None
-    return torch.bfloat16
+    return torch.float16 if name == "fp16" else torch.bfloat16

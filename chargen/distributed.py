@@ -49,13 +49,13 @@ class Ranks:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
-    def any(self, flag: bool, device: torch.device) -> bool:
-        """True on every rank if ``flag`` is True on any."""
+    def any(self, flags: tuple[bool, ...], device: torch.device) -> tuple[bool, ...]:
+        """Each flag True on every rank if it is True on any (one sync for all of them)."""
         if not self.active:
-            return flag
-        value = torch.tensor([1.0 if flag else 0.0], device=device)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item())
+            return flags
+        values = torch.tensor([1.0 if flag else 0.0 for flag in flags], device=device)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        return tuple(bool(v) for v in values.tolist())
 
     def from_main(self, value: int, device: torch.device) -> int:
         """Rank 0's ``value``, on every rank."""

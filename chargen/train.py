@@ -188,6 +188,7 @@ def save_checkpoint(
     carry: State | None,
     rng: np.random.Generator,
     config: TrainConfig,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> None:
     """The resume point in one atomic file, then the latest weights for inference."""
     weights = model.state_dict()
@@ -203,6 +204,7 @@ def save_checkpoint(
         "optimizer": optim_info,
         "numpy_rng": rng.bit_generator.state,
         "train": asdict(config),
+        "grad_scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,
     }
     checkpoint.save_tensors(run_dir / checkpoint.TRAINER, tensors, meta)
     checkpoint.save_tensors(run_dir / checkpoint.WEIGHTS, weights, {"step": progress.step})
@@ -214,6 +216,7 @@ def restore_checkpoint(
     optimizer: torch.optim.Optimizer,
     rng: np.random.Generator,
     device: torch.device,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[Progress, State | None]:
     path = run_dir / checkpoint.TRAINER
     if not path.exists():
@@ -231,6 +234,8 @@ def restore_checkpoint(
         if "rng/cuda" in tensors and device.type == "cuda":
             torch.cuda.set_rng_state(tensors["rng/cuda"])
         progress = Progress(**meta["progress"])
+        if scaler is not None and scaler.is_enabled() and meta.get("grad_scaler"):
+            scaler.load_state_dict(meta["grad_scaler"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise ChargenError(f"{path} does not match this run ({e}); start again with --force") from None
     carry = None
@@ -321,6 +326,8 @@ def train(
     log = log or (lambda message: None)
     device = resolve_device(config.device)
     autocast_dtype = resolve_precision(config.precision, device)
+    if device.type == "cuda":  # TF32 tensor cores for the fp32 matrix products
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
     if resume:
         saved = checkpoint.read_config(run_dir)
@@ -342,11 +349,13 @@ def train(
     # gave every rank the same weights; DDP checks that by broadcasting rank 0's.)
     net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if ranks.active else model
     optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.base_lr, betas=(0.9, 0.99))
+    # fp16 autocast needs its gradients scaled against underflow; bf16 and fp32 do not.
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype is torch.float16)
     rng = np.random.default_rng(config.seed)
     requested = requested_steps(config, steps_per_epoch)
     carry: State | None = None
     if resume:
-        progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device)
+        progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler)
         if carry is not None:  # the saved state of all the streams: this rank's block of it
             carry = tuple(part[:, ranks.block(config.batch_size)].contiguous() for part in carry)
         if progress.requested_steps != requested:  # a new plan was asked for
@@ -384,7 +393,8 @@ def train(
         log(f"mode: {corpus.mode}: {corpus.source['mode_reason']} (--mode {other} to override)")
     log(
         f"{'resuming' if resume else 'training'} {run_dir}: {feed.describe()}, vocabulary {tokenizer.vocab_size}, "
-        f"{model.num_parameters():,} parameters, device {device}{' (bf16 autocast)' if autocast_dtype else ''}"
+        f"{model.num_parameters():,} parameters, device {device}"
+        + (f" ({'bf16' if autocast_dtype is torch.bfloat16 else 'fp16'} autocast)" if autocast_dtype else "")
     )
     log(
         f"plan: {progress.total_steps:,} steps of {feed.batch_description()} "
@@ -435,7 +445,7 @@ def train(
     def save() -> None:
         full_carry = carry if carry is None else tuple(ranks.gather_streams(part) for part in carry)
         if ranks.main:
-            save_checkpoint(run_dir, model, optimizer, progress, full_carry, rng, config)
+            save_checkpoint(run_dir, model, optimizer, progress, full_carry, rng, config, scaler)
         write_config()
 
     model.train()
@@ -464,7 +474,8 @@ def train(
     bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", disable=not progress_bar,
                dynamic_ncols=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30)
     with StopSignals(log, stop) as signals, bar:
-        while progress.step < progress.total_steps and not ranks.any(signals.requested, device):
+        (stop_asked,) = ranks.any((signals.requested,), device)
+        while progress.step < progress.total_steps and not stop_asked:
             batch = feed.next(progress, rng)
             if batch.new_epoch or not feed.carries_state:  # an epoch (or an item) starts from zero
                 carry = None
@@ -478,9 +489,11 @@ def train(
                 logits, carry = net(batch.x, carry)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
             optimizer.zero_grad(set_to_none=True)
-            (loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
+            scaler.scale(loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
+            scaler.unscale_(optimizer)  # (each of these three is a no-op or plain call unless fp16)
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             carry = detach_state(carry) if feed.carries_state else None
 
             progress.step += 1
@@ -520,10 +533,13 @@ def train(
                     fit_plan(eval_seconds)
                 last_tick = window_start = time.perf_counter()  # validation is not training time
             out_of_time = config.max_time is not None and time.perf_counter() - invocation_start >= config.max_time
-            if ranks.any(out_of_time, device):
+            if ranks.active and progress.step % config.log_every:
+                continue  # the ranks agree on stopping at log steps only: an agreement is a sync
+            out_of_time, stop_asked = ranks.any((out_of_time, signals.requested), device)
+            if out_of_time:
                 stopped = "time"
                 break
-        if ranks.any(signals.requested, device):
+        if stop_asked:
             stopped = "interrupted"
 
     if stopped == "time" and validated_at != progress.step:

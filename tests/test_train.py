@@ -138,6 +138,8 @@ def test_precision_choice():
     cpu = torch.device("cpu")
     assert resolve_precision("fp32", cpu) is None
     assert resolve_precision("bf16", cpu) is torch.bfloat16
+    with pytest.raises(ChargenError, match="fp16 is for CUDA GPUs"):
+        resolve_precision("fp16", cpu)
     assert resolve_precision("auto", cpu) in (None, torch.bfloat16)
     with pytest.raises(ChargenError, match="--precision must be one of"):
         resolve_precision("fp8", cpu)
