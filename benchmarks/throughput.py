@@ -2,17 +2,20 @@
 
 What one run measures, on the CPU and (when present) on CUDA:
 
-1. The GEMM figure: a float32 2048 x 2048 x 2048 matrix product, in GFLOP/s (warmed up,
-   repeated for at least a second, best of three). It is the reference: about as fast as
-   this machine multiplies float32 matrices through PyTorch.
-2. Training throughput (characters per second) of a 1-layer ``CharLSTM`` (embedding 64,
-   vocabulary 100, dropout 0) at each hidden size, for
+1. The GEMM figure: a 2048 x 2048 x 2048 matrix product in each precision measured
+   (fp32; on CUDA also bf16), in GFLOP/s (warmed up, repeated for at least a second, best
+   of three). It is the reference: about as fast as this machine multiplies matrices
+   through PyTorch.
+2. Training throughput (characters per second) of a ``CharLSTM`` (embedding 64,
+   vocabulary 100, dropout 0) of each size in ``--models`` and each precision, for
    - the slow recipe: batch 1, one time step per update, the state carried (detached)
      from update to update, AdamW and gradient clipping as in chargen's training loop;
    - the streams: every batch x bptt combination, same update, state carried and detached.
    Each row also gets its speed-up over the slow recipe, the achieved GFLOP/s (by the
    explicit count in ``train_flops_per_char``) and that as a share of the GEMM figure.
-3. Where the rest goes: ``torch.profiler`` over a few streams steps of the largest
+3. Sampling chars/s of each model size (random weights) with 1 and with 64 samples drawn
+   in parallel, on the path ``Sampler`` takes by default.
+4. Where the rest goes: ``torch.profiler`` over a few streams steps of the largest
    configuration, the top operators by self CPU time.
 
 Run it from the repository root, on a quiet machine:
@@ -20,7 +23,8 @@ Run it from the repository root, on a quiet machine:
     python benchmarks/throughput.py                      # the full grid, a few minutes
     python benchmarks/throughput.py --json bench.json    # also the raw results as JSON
     python benchmarks/throughput.py --quick              # a smoke test, small grid
-    python benchmarks/throughput.py --device cpu --threads 8 --hidden 512 --batch 256 --bptt 128
+    python benchmarks/throughput.py --device cpu --threads 8 --models 1x512 --batch 256 --bptt 128
+    python benchmarks/throughput.py --device cuda --models 1x256 3x1024 --batch 64 1024 --precision fp32 bf16
 
 The token ids are random: throughput does not depend on the text, and a fixed vocabulary
 of 100 keeps the FLOP count the same on every machine (a real corpus would change it).
@@ -51,12 +55,14 @@ except ImportError:  # not installed: fall back to the checkout this script live
 
 from chargen.corpus import Streams, batchify
 from chargen.model import CharLSTM, ModelConfig, detach_state
+from chargen.sample import LEAN_MAX_SAMPLES, Sampler
+from chargen.tokenizer import CharTokenizer
 from chargen.train import TrainConfig, param_groups
 
 GEMM_SIZE = 2048
 EMBEDDING = 64
 VOCAB = 100
-LAYERS = 1
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CHUNKS_PER_PASS = 8  # the streams hold this many chunks, then wrap round like a new epoch
 TOP_OPS = 8
 
@@ -146,24 +152,27 @@ def train_flops_per_char(config: ModelConfig) -> float:
     return 3.0 * forward
 
 
-def gemm_gflops(device: torch.device, effort: Effort) -> dict:
-    """The reference: achieved GFLOP/s of one float32 GEMM_SIZE^3 matrix product."""
+def gemm_gflops(device: torch.device, effort: Effort, precision: str = "fp32") -> dict:
+    """The reference: achieved GFLOP/s of one GEMM_SIZE^3 matrix product in ``precision``."""
     generator = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(GEMM_SIZE, GEMM_SIZE, generator=generator).to(device) for _ in range(2))
-    out = torch.empty(GEMM_SIZE, GEMM_SIZE, device=device)  # reused: time the product, not malloc
+    dtype = DTYPES[precision]
+    a, b = (torch.randn(GEMM_SIZE, GEMM_SIZE, generator=generator).to(device, dtype) for _ in range(2))
+    out = torch.empty(GEMM_SIZE, GEMM_SIZE, device=device, dtype=dtype)  # reused: time the product, not malloc
     seconds = seconds_per_call(lambda: torch.mm(a, b, out=out), device, warmup=effort.gemm_warmup,
                                reps=effort.gemm_reps, min_seconds=effort.gemm_seconds,
                                repeats=effort.gemm_repeats)
-    return {"device": device.type, "size": GEMM_SIZE, "seconds": seconds,
+    return {"device": device.type, "precision": precision, "size": GEMM_SIZE, "seconds": seconds,
             "gflops": 2 * GEMM_SIZE**3 / seconds / 1e9}
 
 
-def training_step(hidden: int, batch: int, bptt: int, device: torch.device) -> tuple[Callable[[], None], ModelConfig]:
+def training_step(hidden: int, layers: int, batch: int, bptt: int, device: torch.device,
+                  precision: str = "fp32") -> tuple[Callable[[], None], ModelConfig]:
     """One update of chargen's training loop as a closure over its own model, optimizer,
-    streams and carried state: chunk -> forward -> cross-entropy -> backward -> clip ->
-    AdamW -> detach. (The loop's per-step learning-rate set and bookkeeping are left out.)"""
+    streams and carried state: chunk -> forward (autocast to bf16 if asked) -> cross-entropy
+    -> backward -> clip -> AdamW -> detach. (The loop's per-step learning-rate set and
+    bookkeeping are left out.)"""
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=VOCAB, embedding=EMBEDDING, hidden=hidden, layers=LAYERS, dropout=0.0)
+    config = ModelConfig(vocab_size=VOCAB, embedding=EMBEDDING, hidden=hidden, layers=layers, dropout=0.0)
     train_config = TrainConfig(batch_size=batch, bptt=bptt)
     model = CharLSTM(config).to(device).train()
     optimizer = torch.optim.AdamW(param_groups(model, train_config.weight_decay), lr=train_config.base_lr,
@@ -178,8 +187,9 @@ def training_step(hidden: int, batch: int, bptt: int, device: torch.device) -> t
         if streams.finished(position):  # a new epoch starts from a zero state, as in train()
             position, carry = 0, None
         x, y = streams.chunk(position, bptt)
-        logits, state = model(x, carry)
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits, state = model(x, carry)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.clip)
@@ -190,40 +200,69 @@ def training_step(hidden: int, batch: int, bptt: int, device: torch.device) -> t
     return step, config
 
 
-def train_throughput(recipe: str, hidden: int, batch: int, bptt: int, device: torch.device, *, warmup: int,
-                     steps: int, min_seconds: float) -> dict:
-    step, config = training_step(hidden, batch, bptt, device)
+def train_throughput(recipe: str, hidden: int, layers: int, batch: int, bptt: int, device: torch.device,
+                     precision: str, *, warmup: int, steps: int, min_seconds: float) -> dict:
+    step, config = training_step(hidden, layers, batch, bptt, device, precision)
     seconds = seconds_per_call(step, device, warmup=warmup, reps=steps, min_seconds=min_seconds)
     chars_per_s = batch * bptt / seconds
-    return {"device": device.type, "hidden": hidden, "recipe": recipe,
+    return {"device": device.type, "hidden": hidden, "layers": layers, "precision": precision, "recipe": recipe,
             "batch": batch, "bptt": bptt, "seconds_per_update": seconds, "chars_per_s": chars_per_s,
             "gflops": chars_per_s * train_flops_per_char(config) / 1e9,
             "train_flops_per_char": train_flops_per_char(config)}
 
 
-def device_rows(device: torch.device, gemm: dict, args: argparse.Namespace, effort: Effort) -> list[dict]:
-    """The slow recipe and every streams configuration, per hidden size, on one device."""
+def device_rows(device: torch.device, gemms: dict[str, dict], args: argparse.Namespace, effort: Effort) -> list[dict]:
+    """The slow recipe and every streams configuration, per model and precision, on one
+    device; each set against the matrix-product figure of its own precision."""
     rows = []
-    for hidden in args.hidden:
-        slow = train_throughput("slow", hidden, 1, 1, device, warmup=effort.slow_warmup, steps=effort.slow_updates,
-                                min_seconds=0.0)
-        group = [slow] + [
-            train_throughput("streams", hidden, batch, bptt, device, warmup=effort.streams_warmup,
-                             steps=effort.streams_steps, min_seconds=effort.streams_seconds)
-            for batch in args.batch for bptt in args.bptt
-        ]
-        for row in group:
-            row["vs_slow"] = row["chars_per_s"] / slow["chars_per_s"]
-            row["gemm_fraction"] = row["gflops"] / gemm["gflops"]
-            print(f"  {device.type} H={hidden} B={row['batch']} bptt={row['bptt']}: "
-                  f"{row['chars_per_s']:,.0f} chars/s", file=sys.stderr, flush=True)
-        rows += group
+    for hidden, layers in args.models:
+        for precision in gemms:
+            slow = train_throughput("slow", hidden, layers, 1, 1, device, precision, warmup=effort.slow_warmup,
+                                    steps=effort.slow_updates, min_seconds=0.0)
+            group = [slow] + [
+                train_throughput("streams", hidden, layers, batch, bptt, device, precision,
+                                 warmup=effort.streams_warmup, steps=effort.streams_steps,
+                                 min_seconds=effort.streams_seconds)
+                for batch in args.batch for bptt in args.bptt
+            ]
+            for row in group:
+                row["vs_slow"] = row["chars_per_s"] / slow["chars_per_s"]
+                row["gemm_fraction"] = row["gflops"] / gemms[precision]["gflops"]
+                print(f"  {device.type} {layers}x{hidden} {precision} B={row['batch']} bptt={row['bptt']}: "
+                      f"{row['chars_per_s']:,.0f} chars/s", file=sys.stderr, flush=True)
+            rows += group
     return rows
 
 
-def top_ops(device: torch.device, hidden: int, batch: int, bptt: int, effort: Effort) -> dict:
+def sampling_rows(device: torch.device, args: argparse.Namespace, length: int) -> list[dict]:
+    """Sampling chars/s (all samples together) for 1 and 64 samples drawn in parallel, on
+    the path ``Sampler`` takes by default (the lean step up to LEAN_MAX_SAMPLES samples)."""
+    tokenizer = CharTokenizer([chr(0x100 + i) for i in range(VOCAB - 4)])
+    rows = []
+    for hidden, layers in args.models:
+        torch.manual_seed(0)
+        model = CharLSTM(ModelConfig(vocab_size=tokenizer.vocab_size, embedding=EMBEDDING, hidden=hidden,
+                                     layers=layers, dropout=0.0)).to(device).eval()
+        for n in (1, 64):
+            sampler = Sampler(model, tokenizer, tokenizer.chars[0], num_samples=n, seed=0)
+            list(sampler.pieces(10))  # the prime and the first steps
+            steps = max(20, length // (1 if hidden * layers <= 1024 else 10))
+            sync = synchronizer(device)
+            sync()
+            start = time.perf_counter()
+            drawn = sum(1 for _ in sampler.pieces(steps, temperature=1.0))
+            sync()
+            rows.append({"device": device.type, "hidden": hidden, "layers": layers, "samples": n,
+                         "path": "lean" if n <= LEAN_MAX_SAMPLES else "nn.LSTM",
+                         "chars_per_s": drawn * n / (time.perf_counter() - start)})
+            print(f"  {device.type} {layers}x{hidden} sampling x{n}: {rows[-1]['chars_per_s']:,.0f} chars/s",
+                  file=sys.stderr, flush=True)
+    return rows
+
+
+def top_ops(device: torch.device, hidden: int, layers: int, batch: int, bptt: int, effort: Effort) -> dict:
     """The operators that take the most self CPU time over a few streams steps."""
-    step, _ = training_step(hidden, batch, bptt, device)
+    step, _ = training_step(hidden, layers, batch, bptt, device)
     # Run (and discard) a few steps first so allocations and first-call setup stay out of the profile.
     seconds_per_call(step, device, warmup=effort.streams_warmup, reps=1)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -231,7 +270,8 @@ def top_ops(device: torch.device, hidden: int, batch: int, bptt: int, effort: Ef
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
     ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:TOP_OPS]
-    return {"device": device.type, "hidden": hidden, "batch": batch, "bptt": bptt, "steps": effort.profile_steps,
+    return {"device": device.type, "hidden": hidden, "layers": layers, "batch": batch, "bptt": bptt,
+            "steps": effort.profile_steps,
             "total_self_cpu_ms": total / 1e3,
             "ops": [{"name": e.key, "calls": e.count, "self_cpu_ms": e.self_cpu_time_total / 1e3,
                      "share": e.self_cpu_time_total / total} for e in ranked]}
@@ -277,22 +317,28 @@ def report(results: dict) -> str:
     env = results["env"]
     lines = [f"# chargen training throughput ({'quick smoke test' if results['quick'] else 'full run'})", ""]
     lines += [f"- {key}: {value}" for key, value in env.items()] + [""]
-    lines += ["## Reference: float32 matrix product", ""]
+    lines += ["## Reference: the matrix product", ""]
     lines.append(markdown_table(
-        ["device", "size", "ms per product", "GFLOP/s"],
-        [[g["device"], f"{g['size']}³", f"{g['seconds'] * 1e3:.2f}", f"{g['gflops']:,.1f}"]
+        ["device", "precision", "size", "ms per product", "GFLOP/s"],
+        [[g["device"], g["precision"], f"{g['size']}³", f"{g['seconds'] * 1e3:.2f}", f"{g['gflops']:,.1f}"]
          for g in results["gemm"]]))
-    lines += ["", "## Training throughput (1-layer CharLSTM, embedding 64, vocabulary 100)", ""]
+    lines += ["", "## Training throughput (CharLSTM, embedding 64, vocabulary 100)", ""]
     lines.append(markdown_table(
-        ["device", "hidden", "recipe", "batch", "bptt", "ms / update", "chars/s", "× slow", "GFLOP/s", "% of GEMM"],
-        [[r["device"], str(r["hidden"]), r["recipe"], str(r["batch"]), str(r["bptt"]),
+        ["device", "model", "precision", "recipe", "batch", "bptt", "ms / update", "chars/s", "× slow", "GFLOP/s",
+         "% of GEMM"],
+        [[r["device"], f"{r['layers']}x{r['hidden']}", r["precision"], r["recipe"], str(r["batch"]), str(r["bptt"]),
           f"{r['seconds_per_update'] * 1e3:.2f}", f"{r['chars_per_s']:,.0f}", f"{r['vs_slow']:,.1f}",
           f"{r['gflops']:,.2f}", f"{100 * r['gemm_fraction']:.1f}%"] for r in results["rows"]]))
     lines += ["", "GFLOP/s counts only the matrix products (3 x forward of 2·4H(I+H) + 2HV per char); "
               "gate math, softmax and the optimizer are not counted."]
+    lines += ["", "## Sampling (random weights; chars/s of all samples together)", ""]
+    lines.append(markdown_table(
+        ["device", "model", "samples", "path", "chars/s"],
+        [[r["device"], f"{r['layers']}x{r['hidden']}", str(r["samples"]), r["path"], f"{r['chars_per_s']:,.0f}"]
+         for r in results["sampling"]]))
     p = results["profile"]
     steps = f"{p['steps']} step{'s' * (p['steps'] != 1)}"
-    lines += ["", f"## Where the rest goes ({p['device']}, hidden {p['hidden']}, batch {p['batch']}, "
+    lines += ["", f"## Where the rest goes ({p['device']}, {p['layers']}x{p['hidden']}, batch {p['batch']}, "
               f"bptt {p['bptt']}, {steps}, top {len(p['ops'])} ops by self CPU time)", ""]
     lines.append(markdown_table(
         ["op", "calls", "self CPU ms", "share"],
@@ -310,7 +356,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="tiny repetition counts and a small grid: a smoke test, not a measurement")
-    parser.add_argument("--hidden", type=int, nargs="+", help="hidden sizes (default: 256 512; quick: 256)")
+    parser.add_argument("--models", nargs="+", metavar="LAYERSxHIDDEN",
+                        help="model sizes, e.g. 1x256 3x1024 (default: 1x256 1x512; quick: 1x256)")
+    parser.add_argument("--precision", nargs="+", choices=list(DTYPES),
+                        help="training precisions (default: fp32 on the CPU; fp32 and bf16 on CUDA)")
     parser.add_argument("--batch", type=int, nargs="+", help="streams batch sizes (default: 64 256; quick: 16)")
     parser.add_argument("--bptt", type=int, nargs="+", help="streams chunk lengths (default: 64 128; quick: 32)")
     parser.add_argument("--device", choices=["all", "cpu", "cuda"], default="all",
@@ -320,7 +369,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     # The quick grid is small because one step at hidden 512 x 256 streams x 128 takes
     # seconds on a small CPU; explicit sizes still win.
-    defaults = {"hidden": ([256], [256, 512]), "batch": ([16], [64, 256]), "bptt": ([32], [64, 128])}
+    try:
+        args.models = [tuple(int(v) for v in m.lower().split("x"))[::-1] for m in args.models or
+                       (["1x256"] if args.quick else ["1x256", "1x512"])]
+    except ValueError:
+        parser.error("--models takes sizes like 1x256 (layers x hidden)")
+    if any(len(m) != 2 or min(m) <= 0 for m in args.models):
+        parser.error("--models takes sizes like 1x256 (layers x hidden)")
+    defaults = {"batch": ([16], [64, 256]), "bptt": ([32], [64, 128])}
     for name, (quick, full) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -349,13 +405,17 @@ def main(argv: list[str] | None = None) -> None:
         # ops (the slow recipe, the optimizer) can get 10-100x slower, so the numbers mislead.
         print(f"warning: load average {load:.2f} before starting; measure on a quiet machine "
               "(or pass --threads with fewer threads than free cores)", file=sys.stderr)
+    results["sampling"] = []
     for device in devices:
         print(f"measuring on {device.type} ...", file=sys.stderr, flush=True)
-        gemm = gemm_gflops(device, effort)
-        results["gemm"].append(gemm)
-        results["rows"] += device_rows(device, gemm, args, effort)
+        precisions = args.precision or (["fp32", "bf16"] if device.type == "cuda" else ["fp32"])
+        gemms = {precision: gemm_gflops(device, effort, precision) for precision in precisions}
+        results["gemm"] += gemms.values()
+        results["rows"] += device_rows(device, gemms, args, effort)
+        results["sampling"] += sampling_rows(device, args, 100 if args.quick else 1000)
     # Profile the first device (the CPU unless only CUDA was asked for) at the largest config.
-    results["profile"] = top_ops(devices[0], max(args.hidden), max(args.batch), max(args.bptt), effort)
+    hidden, layers = max(args.models)
+    results["profile"] = top_ops(devices[0], hidden, layers, max(args.batch), max(args.bptt), effort)
 
     print(report(results))
     if args.json is not None:
