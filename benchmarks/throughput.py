@@ -38,6 +38,7 @@ import math
 import os
 import platform
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -200,15 +201,41 @@ def training_step(hidden: int, layers: int, batch: int, bptt: int, device: torch
     return step, config
 
 
+def gpu_utilisation(fn: Callable[[], object], device: torch.device, seconds: float = 1.0) -> float | None:
+    """The GPU's own busy figure (NVML, as nvidia-smi shows it) while ``fn`` runs over and over
+    for ``seconds``: the share of time a kernel was running. None where NVML is missing."""
+    try:
+        torch.cuda.utilization(device)
+    except Exception:  # no pynvml / NVML: not measurable here
+        return None
+    readings: list[float] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.05):
+            readings.append(torch.cuda.utilization(device))
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        fn()
+    torch.cuda.synchronize(device)
+    done.set()
+    poller.join()
+    return sum(readings[len(readings) // 4:]) / max(1, len(readings) - len(readings) // 4)  # skip the ramp-up
+
+
 def train_throughput(recipe: str, hidden: int, layers: int, batch: int, bptt: int, device: torch.device,
                      precision: str, *, warmup: int, steps: int, min_seconds: float) -> dict:
     step, config = training_step(hidden, layers, batch, bptt, device, precision)
     seconds = seconds_per_call(step, device, warmup=warmup, reps=steps, min_seconds=min_seconds)
+    busy = gpu_utilisation(step, device) if device.type == "cuda" else None
     chars_per_s = batch * bptt / seconds
     return {"device": device.type, "hidden": hidden, "layers": layers, "precision": precision, "recipe": recipe,
             "batch": batch, "bptt": bptt, "seconds_per_update": seconds, "chars_per_s": chars_per_s,
             "gflops": chars_per_s * train_flops_per_char(config) / 1e9,
-            "train_flops_per_char": train_flops_per_char(config)}
+            "train_flops_per_char": train_flops_per_char(config), "gpu_utilisation": busy}
 
 
 def device_rows(device: torch.device, gemms: dict[str, dict], args: argparse.Namespace, effort: Effort) -> list[dict]:
@@ -325,10 +352,12 @@ def report(results: dict) -> str:
     lines += ["", "## Training throughput (CharLSTM, embedding 64, vocabulary 100)", ""]
     lines.append(markdown_table(
         ["device", "model", "precision", "recipe", "batch", "bptt", "ms / update", "chars/s", "× slow", "GFLOP/s",
-         "% of GEMM"],
+         "% of GEMM", "GPU busy"],
         [[r["device"], f"{r['layers']}x{r['hidden']}", r["precision"], r["recipe"], str(r["batch"]), str(r["bptt"]),
           f"{r['seconds_per_update'] * 1e3:.2f}", f"{r['chars_per_s']:,.0f}", f"{r['vs_slow']:,.1f}",
-          f"{r['gflops']:,.2f}", f"{100 * r['gemm_fraction']:.1f}%"] for r in results["rows"]]))
+          f"{r['gflops']:,.2f}", f"{100 * r['gemm_fraction']:.1f}%",
+          "" if r["device"] != "cuda" else "n/a" if r["gpu_utilisation"] is None else f"{r['gpu_utilisation']:.0f}%"]
+         for r in results["rows"]]))
     lines += ["", "GFLOP/s counts only the matrix products (3 x forward of 2·4H(I+H) + 2HV per char); "
               "gate math, softmax and the optimizer are not counted."]
     lines += ["", "## Sampling (random weights; chars/s of all samples together)", ""]
