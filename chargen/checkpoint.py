@@ -42,29 +42,44 @@ TRAINER = "trainer/state.safetensors"
 METRICS = "metrics.jsonl"
 ITEMS = "train_items.safetensors"  # lines mode: a hash of every training item
 RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS, ITEMS)
+TMP_SUFFIX = ".tmp"  # atomic_write's temp files: .NAME.PID.RANDOM.tmp beside the file
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, then rename over ``path``: a reader
     (or a crash) sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    # os.open rather than mkstemp: the file gets the usual umask permissions, not 0600.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # os.open rather than mkstemp: the file gets the usual umask permissions, not 0600.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as e:  # a full disk, a read-only or vanished folder: the old file stands
+        raise ChargenError(f"could not write {path} ({e.strerror or e}); free some disk space or fix the "
+                           f"folder, then resume: the previous {path.name} is intact") from None
+
+
+def remove_stale_temps(run_dir: Path) -> int:
+    """Delete temp files left by a process killed mid-write (never read: a checkpoint is
+    only ever the renamed, complete file). Returns how many there were."""
+    stale = [p for folder in (run_dir, run_dir / "trainer") if folder.is_dir()
+             for p in folder.glob(f".*{TMP_SUFFIX}")]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)
 
 
 def write_json(path: Path, obj: dict) -> None:

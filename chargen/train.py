@@ -355,6 +355,8 @@ def train(
     requested = requested_steps(config, steps_per_epoch)
     carry: State | None = None
     if resume:
+        if ranks.main and (stale := checkpoint.remove_stale_temps(run_dir)):
+            log(f"removed {stale} partial file{'s' * (stale > 1)} left by a process stopped mid-write")
         progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler)
         if carry is not None:  # the saved state of all the streams: this rank's block of it
             carry = tuple(part[:, ranks.block(config.batch_size)].contiguous() for part in carry)

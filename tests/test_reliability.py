@@ -1,0 +1,109 @@
+"""Crash safety: SIGKILL at random moments and in the middle of a checkpoint write, and a
+full disk during a checkpoint."""
+
+import errno
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chargen import ChargenError, checkpoint, load_corpus, train
+from conftest import make_text, tiny_model, tiny_train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def crash_safety():
+    spec = importlib.util.spec_from_file_location("crash_safety", ROOT / "benchmarks" / "crash_safety.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def long_text(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("crash") / "text.txt"
+    path.write_text(make_text(3000, seed=2))
+    return path
+
+
+def test_random_sigkills_lose_nothing(long_text, tmp_path):
+    """The benchmark's harness, smaller: 3 SIGKILLs at random moments, a resume after each;
+    every checkpoint loads, at most one checkpoint interval is lost, and the final weights
+    are the uninterrupted run's, bit for bit."""
+    harness = crash_safety()
+    flags = ["--hidden", "32", "--embedding", "8", "--batch-size", "8", "--bptt", "16", "--steps", "2500",
+             "--eval-every", "10", "--log-every", "5", "--precision", "fp32", "--device", "cpu", "--quiet"]
+    result = harness.kill_and_resume(long_text, tmp_path, kills=3, seed=1, flags=flags, delay=(1.5, 3.0))
+    assert result["kills"] == 3
+    assert result["corrupt_checkpoints"] == 0
+    assert result["max_steps_lost"] <= 10
+    assert result["final_weights_identical"]
+
+
+KILL_IN_WRITE = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from chargen import checkpoint, load_corpus, train
+    from conftest import tiny_model, tiny_train
+
+    calls = 0
+    real_replace = os.replace
+
+    def replace(src, dst):  # the 7th rename: the temp file is complete, the rename never happens
+        global calls
+        calls += 1
+        if calls == 7:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_replace(src, dst)
+
+    checkpoint.os.replace = replace
+    train(load_corpus({text!r}), {run!r}, tiny_model(), tiny_train(steps=30, eval_every=5, precision="fp32"))
+""")
+
+
+def test_sigkill_in_the_middle_of_a_checkpoint_write(long_text, tmp_path):
+    run = tmp_path / "run"
+    script = tmp_path / "die.py"
+    script.write_text(KILL_IN_WRITE.format(tests=str(ROOT / "tests"), text=str(long_text), run=str(run)))
+    died = subprocess.run([sys.executable, str(script)], env=os.environ | {"PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+    assert died.returncode == -9, died.stderr[-2000:]
+    temps = [p for d in (run, run / "trainer") for p in d.glob(".*.tmp")]
+    assert temps, "the kill should have left the half-done write's temp file"
+    loads, step = crash_safety().checkpoint_files_load(run)
+    assert loads and step == 5  # the first checkpoint, whole; the second never replaced it
+    config = tiny_train(steps=30, eval_every=5, precision="fp32")
+    resumed = train(load_corpus(long_text), run, config=config, resume=True)
+    assert resumed.step == 30 and not [p for d in (run, run / "trainer") for p in d.glob(".*.tmp")]
+    train(load_corpus(long_text), tmp_path / "whole", tiny_model(), config)
+    a = checkpoint.load_tensors(run / checkpoint.WEIGHTS)[0]
+    b = checkpoint.load_tensors(tmp_path / "whole" / checkpoint.WEIGHTS)[0]
+    assert all(a[k].equal(b[k]) for k in b)
+
+
+def test_full_disk_during_a_checkpoint_is_a_clear_error(long_text, tmp_path, monkeypatch):
+    corpus, run = load_corpus(long_text), tmp_path / "run"
+    config = tiny_train(steps=20, eval_every=5, precision="fp32")
+    calls = 0
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        nonlocal calls
+        calls += 1
+        if calls > 8:  # after the first checkpoint or so, the disk fills up
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
+    with pytest.raises(ChargenError, match="No space left on device.*free some disk space.*intact"):
+        train(corpus, run, tiny_model(), config)
+    monkeypatch.undo()
+    loads, step = crash_safety().checkpoint_files_load(run)
+    assert loads and step is not None and step < 20
+    assert not [p for d in (run, run / "trainer") for p in d.glob(".*.tmp")]  # cleaned up on the way out
+    assert train(corpus, run, config=config, resume=True).step == 20
