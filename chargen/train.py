@@ -54,6 +54,7 @@ class TrainConfig:
     decay: str = "cosine"
     weight_decay: float = 0.01
     clip: float = 1.0
+    nonfinite_retries: int = 3  # NaN/inf losses survived (back to the checkpoint, half the lr) before giving up
     epochs: float | None = None  # the plan is --steps, else --epochs, else DEFAULT_EPOCHS
     steps: int | None = None
     max_time: float | None = None  # seconds for this invocation; the plan shrinks to fit
@@ -74,6 +75,8 @@ class TrainConfig:
                 raise ChargenError(f"--{name.replace('_', '-')} must be positive, not {value}")
         if self.epochs is not None and self.steps is not None:
             raise ChargenError("give --epochs or --steps, not both")
+        if self.nonfinite_retries < 0:
+            raise ChargenError(f"nonfinite_retries must be 0 or more, not {self.nonfinite_retries}")
         if self.weight_decay < 0:
             raise ChargenError(f"--weight-decay must be 0 or more, not {self.weight_decay}")
         if self.sample_chars < 0:
@@ -109,6 +112,8 @@ class Progress:
     last_val_loss: float | None = None
     chars_seen: int = 0
     train_seconds: float = 0.0
+    lr_factor: float = 1.0  # halved each time a NaN or inf loss sends the run back to a checkpoint
+    nonfinite: int = 0  # how many times that has happened
 
 
 @dataclass
@@ -422,6 +427,8 @@ def train(
 
     def validate() -> float:
         val_loss = feed.evaluate(model)
+        if not math.isfinite(val_loss):
+            return val_loss  # the caller goes back to the last checkpoint; nothing is saved
         progress.last_val_loss = val_loss
         is_best = progress.best_val_loss is None or val_loss < progress.best_val_loss
         if is_best:
@@ -450,6 +457,34 @@ def train(
             save_checkpoint(run_dir, model, optimizer, progress, full_carry, rng, config, scaler)
         write_config()
 
+    def recover(where: str) -> None:
+        """A NaN or inf ``where``: never train on it. Go back to the last checkpoint with half
+        the learning rate, or stop with a clear message once that has not helped."""
+        nonlocal carry, loss_count, window_chars
+        tries, factor = progress.nonfinite + 1, progress.lr_factor / 2
+        advice = f"lower --base-lr (now {config.base_lr:g}) or --clip, or try --precision fp32"
+        if tries > config.nonfinite_retries:
+            raise ChargenError(f"the {where} became NaN or infinite again at step {progress.step:,} after "
+                               f"{config.nonfinite_retries} returns to a checkpoint at lower learning rates; {advice}")
+        if not (run_dir / checkpoint.TRAINER).exists():
+            raise ChargenError(f"the {where} became NaN or infinite at step {progress.step:,}, before the first "
+                               f"checkpoint; {advice}, and start again with --force")
+        bad_step = progress.step
+        restored, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler)
+        for f in fields(Progress):
+            setattr(progress, f.name, getattr(restored, f.name))
+        progress.nonfinite, progress.lr_factor = tries, factor
+        if carry is not None:
+            carry = tuple(part[:, ranks.block(config.batch_size)].contiguous() for part in carry)
+        log(f"the {where} became NaN or infinite at step {bad_step:,}: back to the checkpoint at step "
+            f"{progress.step:,} with the learning rate x{factor:g} ({tries} of {config.nonfinite_retries})")
+        record({"event": "nonfinite", "where": where, "at_step": bad_step, "lr_factor": factor})
+        loss_sum.zero_()  # the window's losses were partly NaN, and partly from steps now undone
+        loss_count = window_chars = 0
+        bar.n = progress.step
+        bar.refresh()
+        model.train()
+
     model.train()
     stopped = "done"
     start_step, invocation_start = progress.step, time.perf_counter()
@@ -473,6 +508,7 @@ def train(
         bar.refresh()
 
     loss_sum, loss_count, window_chars = torch.zeros((), device=device), 0, 0
+    check_every_step = device.type == "cpu" and not ranks.active
     bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", disable=not progress_bar,
                dynamic_ncols=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30)
     with StopSignals(log, stop) as signals, bar:
@@ -483,13 +519,18 @@ def train(
                 carry = None
             # A shorter chunk (variable BPTT, or the last of an epoch) gets a proportionally
             # smaller step, as in AWD-LSTM: its mean loss rests on fewer characters.
-            lr = schedule.lr_at(progress.step) * batch.lr_scale
+            lr = schedule.lr_at(progress.step) * batch.lr_scale * progress.lr_factor
             for group in optimizer.param_groups:
                 group["lr"] = lr
 
             with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
                 logits, carry = net(batch.x, carry)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
+            # On one CPU process the check costs nothing, so a bad step is caught before it is
+            # taken; on a GPU (no per-step sync) and across ranks, at the next log step.
+            if check_every_step and not torch.isfinite(loss):
+                recover("training loss")
+                continue
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
             scaler.unscale_(optimizer)  # (each of these three is a no-op or plain call unless fp16)
@@ -517,6 +558,9 @@ def train(
             if progress.step % config.log_every == 0 or progress.step == progress.total_steps:
                 # The loop's only read from the device (and, distributed, its only sum of losses).
                 mean_loss = (ranks.sum(loss_sum) / (loss_count * ranks.world)).item()
+                if not math.isfinite(mean_loss):
+                    recover("training loss")
+                    continue
                 chars_per_s = window_chars / max(1e-9, now - window_start)
                 record({"event": "train", "total_steps": progress.total_steps, "loss": mean_loss,
                         "bpc": mean_loss / LN2, "lr": lr,
@@ -527,7 +571,9 @@ def train(
                 loss_count, window_chars, window_start = 0, 0, now
 
             if progress.step % config.eval_every == 0 or progress.step == progress.total_steps:
-                validate()
+                if not math.isfinite(validate()):
+                    recover("validation loss")
+                    continue
                 save()
                 validated_at = saved_at = progress.step
                 eval_seconds = time.perf_counter() - now

@@ -107,3 +107,45 @@ def test_full_disk_during_a_checkpoint_is_a_clear_error(long_text, tmp_path, mon
     assert loads and step is not None and step < 20
     assert not [p for d in (run, run / "trainer") for p in d.glob(".*.tmp")]  # cleaned up on the way out
     assert train(corpus, run, config=config, resume=True).step == 20
+
+
+def nan_loss_at(monkeypatch, bad_calls):
+    """Make the training loss NaN on the given calls of cross_entropy in train.py (validation
+    uses its own), the way a blown-up step would."""
+    from types import SimpleNamespace
+
+    train_module = sys.modules["chargen.train"]
+    real = train_module.F.cross_entropy
+    calls = 0
+
+    def cross_entropy(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if bad_calls(calls) else loss
+
+    monkeypatch.setattr(train_module, "F", SimpleNamespace(cross_entropy=cross_entropy))
+
+
+def test_a_nan_loss_goes_back_to_the_checkpoint_at_half_the_lr(long_text, tmp_path, monkeypatch):
+    nan_loss_at(monkeypatch, lambda call: call == 13)
+    result = train(load_corpus(long_text), tmp_path / "run", tiny_model(),
+                   tiny_train(steps=20, eval_every=5, precision="fp32"))
+    assert result.stopped == "done" and result.step == 20
+    (event,) = [e for e in result.history if e["event"] == "nonfinite"]
+    assert event["at_step"] == 12 and event["step"] == 10 and event["lr_factor"] == 0.5
+    lrs = {e["step"]: e["lr"] for e in result.history if e["event"] == "train"}
+    assert all(v == v for v in lrs.values())  # no NaN anywhere in the record
+    weights = checkpoint.load_tensors(tmp_path / "run" / checkpoint.WEIGHTS)[0]
+    assert all(t.isfinite().all() for t in weights.values())
+    saved = checkpoint.load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]
+    assert saved["lr_factor"] == 0.5 and saved["nonfinite"] == 1  # a resume keeps the lower lr
+
+
+def test_nan_that_keeps_coming_stops_with_a_clear_message(long_text, tmp_path, monkeypatch):
+    nan_loss_at(monkeypatch, lambda call: call > 12)
+    with pytest.raises(ChargenError, match="NaN or infinite again.*after 3 returns.*lower --base-lr"):
+        train(load_corpus(long_text), tmp_path / "run", tiny_model(), tiny_train(steps=20, eval_every=5))
+    nan_loss_at(monkeypatch, lambda call: call >= 2)
+    with pytest.raises(ChargenError, match="before the first checkpoint.*start again with --force"):
+        train(load_corpus(long_text), tmp_path / "early", tiny_model(), tiny_train(steps=20, eval_every=5))
