@@ -19,6 +19,10 @@ from .errors import ChargenError
 SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(len(SPECIALS))
 MAX_CODE_POINT = 0x10FFFF
+# Distinct characters a model may have. Chinese or Japanese text needs a few thousand; far
+# more means the file is not text (or a character model is the wrong tool for it), and the
+# embedding and output layers would grow with it.
+MAX_VOCAB = 20_000
 
 
 def compact_dtype(vocab_size: int) -> np.dtype:
@@ -57,6 +61,11 @@ class CharTokenizer:
     def from_text(cls, text: str) -> CharTokenizer:
         """The vocabulary of every distinct character in ``text``, in code-point order."""
         unique = np.unique(code_points(text))
+        if len(unique) > MAX_VOCAB:
+            raise ChargenError(
+                f"the text has {len(unique):,} distinct characters; a character model takes at most "
+                f"{MAX_VOCAB:,}. Is it really text? If it is, train on a part in fewer scripts"
+            )
         return cls([chr(c) for c in unique])
 
     def __contains__(self, ch: str) -> bool:
