@@ -118,3 +118,15 @@ def start_app(args: list[str], cwd: Path):
                 server.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+def load_script(relative_path: str):
+    """A script of the repository (a benchmark, app.py) imported as a module, by its path."""
+    import importlib.util
+
+    path = ROOT / relative_path
+    spec = importlib.util.spec_from_file_location(path.stem.replace("-", "_"), path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module

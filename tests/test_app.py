@@ -4,7 +4,6 @@
 import os
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
 from chargen import checkpoint, load_corpus, train  # noqa: E402
-from conftest import make_text, name_list, start_app, tiny_model, tiny_train  # noqa: E402
+from conftest import load_script, make_text, name_list, start_app, tiny_model, tiny_train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -200,16 +199,11 @@ def test_a_cancelled_generation_leaves_the_server_serving(client, served):
 def test_one_generation_at_a_time_per_text(trained_run):
     """Continue pressed again while the text is still growing is refused, not run on the
     same sampler at once; the flag is cleared when a generation ends or is cancelled."""
-    import importlib.util
-
     import gradio as gr
 
     import chargen
 
-    spec = importlib.util.spec_from_file_location("chargen_app", ROOT / "app.py")
-    app = importlib.util.module_from_spec(spec)
-    sys.modules["chargen_app"] = app  # dataclasses look their module up there
-    spec.loader.exec_module(app)
+    app = load_script("app.py")
     model = chargen.load(trained_run, device="cpu")
     writing = app.Writing("m", "the ", model.sampler("the ", seed=1), 1)
     first = app.stream_text(writing, 200, {"temperature": 1.0})

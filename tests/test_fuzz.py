@@ -1,7 +1,6 @@
 """Hostile input: fuzzed files train or get a clear error; damaged, mismatched, tampered or
 pickled checkpoints are refused, and a pickle's payload never runs."""
 
-import importlib.util
 import json
 import pickle
 import shutil
@@ -14,15 +13,13 @@ from hypothesis import strategies as st
 import chargen
 from chargen import ChargenError
 from chargen.tokenizer import MAX_VOCAB, CharTokenizer
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def fuzz_module():
-    spec = importlib.util.spec_from_file_location("fuzz", ROOT / "benchmarks" / "fuzz.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/fuzz.py")
 
 
 def test_hostile_files_train_or_get_a_clear_error(tmp_path):

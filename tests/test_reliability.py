@@ -2,7 +2,6 @@
 full disk during a checkpoint."""
 
 import errno
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,16 +11,13 @@ from pathlib import Path
 import pytest
 
 from chargen import ChargenError, checkpoint, load_corpus, train
-from conftest import make_text, tiny_model, tiny_train
+from conftest import load_script, make_text, tiny_model, tiny_train
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def crash_safety():
-    spec = importlib.util.spec_from_file_location("crash_safety", ROOT / "benchmarks" / "crash_safety.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/crash_safety.py")
 
 
 @pytest.fixture(scope="module")
