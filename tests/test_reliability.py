@@ -32,7 +32,7 @@ def test_random_sigkills_lose_nothing(long_text, tmp_path):
     every checkpoint loads, at most one checkpoint interval is lost, and the final weights
     are the uninterrupted run's, bit for bit."""
     harness = crash_safety()
-    flags = ["--hidden", "32", "--embedding", "8", "--batch-size", "8", "--bptt", "16", "--steps", "2500",
+    flags = ["--hidden", "32", "--embedding", "8", "--batch-size", "8", "--bptt", "16", "--steps", "4000",
              "--eval-every", "10", "--log-every", "5", "--precision", "fp32", "--device", "cpu", "--quiet"]
     result = harness.kill_and_resume(long_text, tmp_path, kills=3, seed=1, flags=flags, delay=(1.5, 3.0))
     assert result["kills"] == 3
