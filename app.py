@@ -29,7 +29,7 @@ from pathlib import Path
 import gradio as gr
 
 import chargen
-from chargen import ChargenError, ModelConfig, TrainConfig
+from chargen import ChargenError, ModelConfig, TrainConfig, checkpoint
 from chargen.sample import Sampler
 
 ROOT = Path(__file__).resolve().parent
@@ -58,6 +58,7 @@ PRESETS = {  # model size presets for the Train tab
 }
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
 STREAM_EVERY = 0.05  # seconds between updates sent while streaming
+BUSY = "This text is still being generated; wait for it or press Stop."
 
 
 # --- the models on offer ------------------------------------------------------------------
@@ -99,10 +100,9 @@ class Shelf:
 
 
 def weights_file(folder: Path) -> Path | None:
-    for name in ("best.safetensors", "model.safetensors"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
+    """The weights ``chargen.load`` would read (the best, else the latest), if any."""
+    path = checkpoint.weights_path(folder)
+    return path if path.is_file() else None
 
 
 def model_card(model: chargen.TrainedModel) -> str:
@@ -155,7 +155,7 @@ def stream_text(writing: Writing, length: int, options: dict) -> Iterator[tuple[
     """The session's text as it grows: at once after the first character, then at most
     every STREAM_EVERY seconds, and whole at the end."""
     if writing.busy:  # e.g. Continue pressed twice: one sampler, one generation at a time
-        raise gr.Error("This text is still being generated; wait for it or press Stop.")
+        raise gr.Error(BUSY)
     writing.busy = True
     try:
         last = 0.0
@@ -193,7 +193,7 @@ def make_handlers(shelf: Shelf, limits: Limits):
         if writing.model_name != model_name:
             raise gr.Error("The model changed since this text was written; press Generate to start with it.")
         if writing.busy:
-            raise gr.Error("This text is still being generated; wait for it or press Stop.")
+            raise gr.Error(BUSY)
         length, options = sampling_options(limits, length, temperature, top_k, top_p)
         if writing.sampler.items:  # items have ended: a new round of them, below the others
             try:

@@ -14,7 +14,7 @@ from .errors import ChargenError
 from .feeds import eval_streams, evaluate_streams
 from .lines import LineItems, evaluate_items, split_items
 from .model import CharLSTM, LeanStep, ModelConfig
-from .sample import LEAN_MAX_SAMPLES, Sampler, check_sampling, collect
+from .sample import LEAN_MAX_SAMPLES, Sampler, collect
 from .tokenizer import CharTokenizer
 from .train import LN2
 
@@ -51,7 +51,6 @@ class TrainedModel:
         """Yields, for each step, the new character of each of ``num_samples`` samples,
         all drawn in parallel as one batch. In lines mode ``prime`` starts each item and
         ``length`` caps it; a sample that has reached its end yields ""."""
-        check_sampling(temperature, top_k, top_p, length, num_samples)
         return self.sampler(prime, num_samples=num_samples, seed=seed).pieces(length, temperature, top_k, top_p)
 
     def sampler(self, prime: str = "", *, num_samples: int = 1, seed: int | None = None) -> Sampler:

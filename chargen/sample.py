@@ -84,7 +84,8 @@ class Sampler:
         lean: bool | None = None,
         step: LeanStep | None = None,
     ) -> None:
-        check_sampling(1.0, 0, 1.0, 0, num_samples)
+        if num_samples < 1:
+            raise ChargenError(f"--num-samples must be at least 1, not {num_samples}")
         prime_ids = tokenizer.encode_known(prime, "prefix" if items else "prime text").tolist()
         if items:
             prime_ids = [BOS_ID, *prime_ids]
@@ -164,7 +165,6 @@ def sample_text(
 ) -> Iterator[list[str]]:
     """One list per step: the new character of every sample (see ``Sampler``). The options
     and the prime are checked now, so a bad prime fails before anything is shown."""
-    check_sampling(temperature, top_k, top_p, length, num_samples)
     sampler = Sampler(model, tokenizer, prime, num_samples=num_samples, seed=seed, items=items)
     return sampler.pieces(length, temperature, top_k, top_p)
 

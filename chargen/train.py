@@ -222,7 +222,10 @@ def restore_checkpoint(
     rng: np.random.Generator,
     device: torch.device,
     scaler: torch.amp.GradScaler | None = None,
+    streams: slice = slice(None),
 ) -> tuple[Progress, State | None]:
+    """Load the resume point into ``model``, ``optimizer``, ``rng`` and ``scaler``; returns the
+    progress and the carried state of ``streams`` (a rank's block of them, distributed)."""
     path = run_dir / checkpoint.TRAINER
     if not path.exists():
         raise ChargenError(
@@ -245,7 +248,7 @@ def restore_checkpoint(
         raise ChargenError(f"{path} does not match this run ({e}); start again with --force") from None
     carry = None
     if "carry/h" in tensors:
-        carry = (tensors["carry/h"].to(device), tensors["carry/c"].to(device))
+        carry = tuple(tensors[f"carry/{part}"][:, streams].contiguous().to(device) for part in "hc")
     return progress, carry
 
 
@@ -359,12 +362,11 @@ def train(
     rng = np.random.default_rng(config.seed)
     requested = requested_steps(config, steps_per_epoch)
     carry: State | None = None
+    my_streams = ranks.block(config.batch_size)  # a checkpoint holds all streams' state; this rank carries these
     if resume:
         if ranks.main and (stale := checkpoint.remove_stale_temps(run_dir)):
             log(f"removed {stale} partial file{'s' * (stale > 1)} left by a process stopped mid-write")
-        progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler)
-        if carry is not None:  # the saved state of all the streams: this rank's block of it
-            carry = tuple(part[:, ranks.block(config.batch_size)].contiguous() for part in carry)
+        progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler, my_streams)
         if progress.requested_steps != requested:  # a new plan was asked for
             progress.requested_steps = progress.total_steps = requested
     else:
@@ -470,12 +472,10 @@ def train(
             raise ChargenError(f"the {where} became NaN or infinite at step {progress.step:,}, before the first "
                                f"checkpoint; {advice}, and start again with --force")
         bad_step = progress.step
-        restored, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler)
+        restored, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler, my_streams)
         for f in fields(Progress):
             setattr(progress, f.name, getattr(restored, f.name))
         progress.nonfinite, progress.lr_factor = tries, factor
-        if carry is not None:
-            carry = tuple(part[:, ranks.block(config.batch_size)].contiguous() for part in carry)
         log(f"the {where} became NaN or infinite at step {bad_step:,}: back to the checkpoint at step "
             f"{progress.step:,} with the learning rate x{factor:g} ({tries} of {config.nonfinite_retries})")
         record({"event": "nonfinite", "where": where, "at_step": bad_step, "lr_factor": factor})
