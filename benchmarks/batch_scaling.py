@@ -63,7 +63,7 @@ def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | No
 
 def one_run(args: argparse.Namespace, corpus, batch: int, scheme: str) -> dict:
     name = run_name(batch, scheme, args.base_batch)
-    n_train = len(corpus.train)  # one character per token: the text's length in ids
+    n_train = len(corpus.train_ids)
     total = max(1, round(args.epochs * epoch_steps(n_train, batch, args.bptt)))
     config = TrainConfig(
         batch_size=batch, bptt=args.bptt, lr_scaling=scheme, base_batch_size=args.base_batch,

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from chargen.corpus import read_text
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from chargen.textfile import read_text
 from chargen.tokenizer import CharTokenizer
 
 

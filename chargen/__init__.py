@@ -3,14 +3,14 @@
 __version__ = "0.1.0"
 
 from .api import TrainedModel, load
-from .corpus import CorpusText, load_corpus
+from .corpus import Corpus, load_corpus
 from .errors import ChargenError
 from .model import ModelConfig
 from .train import TrainConfig, TrainResult, train
 
 __all__ = [
     "ChargenError",
-    "CorpusText",
+    "Corpus",
     "ModelConfig",
     "TrainConfig",
     "TrainResult",

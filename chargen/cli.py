@@ -6,18 +6,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from dataclasses import fields, replace
 from pathlib import Path
 
 from . import __version__, checkpoint
-from .corpus import ERROR_POLICIES, load_corpus, read_text
+from .corpus import MAX_VAL_CHARS, load_corpus
 from .device import PRECISIONS
 from .errors import ChargenError
 from .lines import MODES
 from .model import ModelConfig
 from .schedule import DECAYS, SCALINGS
+from .textfile import ERROR_POLICIES, read_text
 from .train import DEFAULT_EPOCHS, TrainConfig
 
+BIG_FILE_BYTES = 64 * 2**20  # reading a file this big takes long enough to say so
 MODEL_FLAGS = ("embedding", "hidden", "layers", "dropout")
 # Flags left out on the command line are None, so that on --resume the saved run's values
 # stand; the defaults shown in --help come from the config dataclasses.
@@ -82,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--val-file", metavar="FILE",
                       help="validation text (default: the tail of TEXT_FILE; in lines mode, random lines of it)")
     data.add_argument("--val-fraction", type=positive_float, default=0.05,
-                      help="share of TEXT_FILE held out for validation: its end, or in lines mode random "
-                      "lines (default %(default)s)")
+                      help="share of TEXT_FILE held out for validation: its end (at most "
+                      f"{MAX_VAL_CHARS:,} characters), or in lines mode random lines (default %(default)s)")
     data.add_argument("--encoding", default="utf-8", help="text encoding of the files (default %(default)s)")
     data.add_argument("--errors", default="strict", choices=ERROR_POLICIES,
                       help="what to do with bytes that are not valid in --encoding (default %(default)s)")
@@ -220,13 +223,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     mode = args.mode
     if mode is None and args.resume:
         mode = checkpoint.read_config(run_dir).get("mode", "stream")
-    corpus = load_corpus(args.text_file, val_path=args.val_file, val_fraction=args.val_fraction,
-                         encoding=args.encoding, errors=args.errors, mode=mode or "auto")
-    model_config, config = configs_from_args(args, run_dir)
-
     def log(message: str) -> None:
         if not (args.quiet and message.startswith("--- sample")):
             tqdm.write(message, file=sys.stderr)
+
+    text_file, started = Path(args.text_file), time.perf_counter()
+    big = text_file.is_file() and text_file.stat().st_size >= BIG_FILE_BYTES
+    if big:
+        log(f"reading {text_file} ({text_file.stat().st_size / 2**20:,.0f} MB) in chunks: counting, then encoding")
+    corpus = load_corpus(text_file, val_path=args.val_file, val_fraction=args.val_fraction,
+                         encoding=args.encoding, errors=args.errors, mode=mode or "auto")
+    if big:
+        log(f"read {corpus.source['chars']:,} characters in {time.perf_counter() - started:.1f} s")
+    model_config, config = configs_from_args(args, run_dir)
 
     # Under torchrun: join the process group; each rank takes its own GPU where there are GPUs.
     ranks, device = from_environment(config.device)

@@ -2,84 +2,58 @@
 contiguous streams that truncated BPTT walks through.
 
 The core idea (as in PyTorch's word_language_model ``batchify``): cut the token ids into
-``n_streams`` equal contiguous pieces, stack them as columns of a (length, n_streams)
-tensor, and walk down the rows ``bptt`` at a time. Row ``t`` of every column continues
-row ``t - 1``, so the LSTM state at the end of one chunk is the right start for the next.
+``n_streams`` equal contiguous pieces, stack them as the rows of an (n_streams, length)
+tensor, and walk along them ``bptt`` positions at a time. Position ``t`` of every stream
+continues position ``t - 1``, so the LSTM state at the end of one chunk is the right start
+for the next.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from .errors import ChargenError
 from .lines import MODES, detect_mode, split_items, split_train_val
+from .textfile import encode_file, fingerprint, read_head, read_text, scan_text, tokenizer_for
+from .tokenizer import CharTokenizer
 
-ERROR_POLICIES = ("strict", "replace", "ignore")
-
-
-def read_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
-    """The whole file as text, with a clear error for every way that can fail."""
-    path = Path(path)
-    if errors not in ERROR_POLICIES:
-        raise ChargenError(f"--errors must be one of {', '.join(ERROR_POLICIES)}, not {errors!r}")
-    if not path.exists():
-        raise ChargenError(f"{path}: no such file; check the path")
-    if path.is_dir():
-        raise ChargenError(f"{path} is a directory; give a text file")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ChargenError(f"{path}: cannot read ({e.strerror}); check its permissions") from None
-    if not data:
-        raise ChargenError(f"{path} is empty; give a file with text in it")
-    try:
-        text = data.decode(encoding, errors)
-    except LookupError:
-        raise ChargenError(f"unknown encoding {encoding!r}; try utf-8 or latin-1") from None
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ChargenError(
-            f"{path} is not valid {encoding}: byte 0x{data[e.start]:02x} at offset {e.start} "
-            f"(line {line}); pass --encoding with the file's real encoding (e.g. latin-1) "
-            "or --errors replace"
-        ) from None
-    if text.startswith("\ufeff"):  # a byte-order mark is not part of the text
-        text = text[1:]
-    if not text:
-        raise ChargenError(f"{path} has no text; give a file with text in it")
-    return text
-
-
-def fingerprint(text: str) -> str:
-    """A short content hash, so a resumed run can tell it is fed the same text."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+# Validation is at most this much of a stream: enough to measure bpc to a few thousandths,
+# and a validation of a huge corpus then costs seconds, not hours.
+MAX_VAL_CHARS = 1_000_000
+# --mode auto judges a file from (at most) its first this many characters.
+DETECT_CHARS = 2_000_000
 
 
 @dataclass
-class CorpusText:
-    """Training and validation text, and where they came from. In lines mode the text is
-    also kept as its items (one per non-blank line); ``train``/``val`` join them with
-    line breaks."""
+class Corpus:
+    """Training and validation data, their vocabulary, and where they came from. A stream
+    is held as ids (compact, memory-mapped when big; never as one string); a list (lines
+    mode) as its items, one per non-blank line."""
 
-    train: str
-    val: str
     source: dict
+    tokenizer: CharTokenizer
     mode: str = "stream"
+    train_ids: np.ndarray | None = None
+    val_ids: np.ndarray | None = None
     train_items: list[str] | None = None
     val_items: list[str] | None = None
 
-    def vocabulary_text(self) -> str:
-        """Every character the model must know: the line breaks between items are not."""
-        if self.mode == "lines":
-            return "".join(self.train_items + self.val_items)
-        return self.train + self.val
+    @property
+    def first_char(self) -> str:
+        return self.tokenizer.decode(self.train_ids[:1]) if self.mode == "stream" else self.train_items[0][:1]
+
+
+def choose_mode(path: str | os.PathLike, encoding: str, errors: str) -> tuple[str, str]:
+    head, whole = read_head(path, DETECT_CHARS, encoding, errors)
+    if not whole:  # judge whole lines only
+        head = head[: head.rfind("\n") + 1] or head
+    mode, reason = detect_mode(head)
+    return mode, reason if whole else f"{reason} (judged from its first {len(head):,} characters)"
 
 
 def load_corpus(
@@ -90,41 +64,62 @@ def load_corpus(
     encoding: str = "utf-8",
     errors: str = "strict",
     mode: str = "stream",
-) -> CorpusText:
+) -> Corpus:
     """Read a corpus. ``mode`` is stream (one long text), lines (one item per line) or auto
     (lines when the file reads as a list of short items; ``source["mode_reason"]`` says why).
-    Validation is ``val_path``, or else ``val_fraction`` of it: the tail of a stream, a
-    random sample of the items of a list."""
+    Validation is ``val_path``, or else ``val_fraction`` of it: the tail of a stream (at
+    most ``MAX_VAL_CHARS``), a random sample of the items of a list."""
     if mode not in MODES:
         raise ChargenError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
-    text = read_text(path, encoding, errors)
-    source = {"path": str(path), "chars": len(text), "sha256": fingerprint(text)}
+    if val_path is None and not 0.0 < val_fraction < 0.5:
+        raise ChargenError(f"--val-fraction must be between 0 and 0.5, not {val_fraction}")
+    source: dict = {"path": str(path)}
     if mode == "auto":
-        mode, source["mode_reason"] = detect_mode(text)
-    val = None
+        mode, source["mode_reason"] = choose_mode(path, encoding, errors)
+    if mode == "lines":
+        return load_items(path, val_path, val_fraction, encoding, errors, source)
+    return load_stream(path, val_path, val_fraction, encoding, errors, source)
+
+
+def load_stream(path, val_path, val_fraction: float, encoding: str, errors: str, source: dict) -> Corpus:
+    """Two passes over the file(s), never the whole text in memory: scan (count, hash,
+    vocabulary), then encode chunk by chunk into one compact array."""
+    scan = scan_text(path, encoding, errors)
+    source.update(chars=scan.n_chars, sha256=scan.sha256)
+    if val_path is not None:
+        val_scan = scan_text(val_path, encoding, errors)
+        source.update(val_path=str(val_path), val_chars=val_scan.n_chars, val_sha256=val_scan.sha256)
+        tokenizer = tokenizer_for(scan, val_scan)
+        ids = encode_file(path, tokenizer, scan.n_chars, encoding, errors)
+        return Corpus(source, tokenizer, "stream", ids, encode_file(val_path, tokenizer, val_scan.n_chars,
+                                                                    encoding, errors))
+    source["val_fraction"] = val_fraction
+    n_val = min(MAX_VAL_CHARS, max(2, round(scan.n_chars * val_fraction)))
+    if scan.n_chars - n_val < 2:
+        raise ChargenError(f"{path} has only {scan.n_chars} characters; a corpus needs far more")
+    tokenizer = tokenizer_for(scan)
+    ids = encode_file(path, tokenizer, scan.n_chars, encoding, errors)
+    return Corpus(source, tokenizer, "stream", ids[:-n_val], ids[-n_val:])
+
+
+def load_items(path, val_path, val_fraction: float, encoding: str, errors: str, source: dict) -> Corpus:
+    text = read_text(path, encoding, errors)
+    source.update(chars=len(text), sha256=fingerprint(text))
+    items = split_items(text)
+    del text
     if val_path is not None:
         val = read_text(val_path, encoding, errors)
         source.update(val_path=str(val_path), val_chars=len(val), val_sha256=fingerprint(val))
-    elif not 0.0 < val_fraction < 0.5:
-        raise ChargenError(f"--val-fraction must be between 0 and 0.5, not {val_fraction}")
+        train_items, val_items = items, split_items(val)
+        if not train_items or not val_items:
+            raise ChargenError("lines mode needs at least one non-blank line in the text and in --val-file")
     else:
         source["val_fraction"] = val_fraction
-    if mode == "lines":
-        items = split_items(text)
-        if val is not None:
-            train_items, val_items = items, split_items(val)
-            if not train_items or not val_items:
-                raise ChargenError("lines mode needs at least one non-blank line in the text and in --val-file")
-        else:
-            train_items, val_items = split_train_val(items, val_fraction)
-        source["items"] = len(train_items) + len(val_items)
-        return CorpusText("\n".join(train_items), "\n".join(val_items), source, mode, train_items, val_items)
-    if val is not None:
-        return CorpusText(text, val, source)
-    n_val = max(2, round(len(text) * val_fraction))
-    if len(text) - n_val < 2:
-        raise ChargenError(f"{path} has only {len(text)} characters; a corpus needs far more")
-    return CorpusText(text[:-n_val], text[-n_val:], source)
+        train_items, val_items = split_train_val(items, val_fraction)
+    source["items"] = len(train_items) + len(val_items)
+    # The line breaks between items are not characters of the vocabulary.
+    tokenizer = CharTokenizer.from_text("".join(train_items) + "".join(val_items))
+    return Corpus(source, tokenizer, "lines", train_items=train_items, val_items=val_items)
 
 
 def min_train_chars(batch_size: int, bptt: int) -> int:
@@ -139,13 +134,13 @@ def epoch_steps(n_chars: int, batch_size: int, bptt: int) -> int:
 
 
 def batchify(ids: np.ndarray, n_streams: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Cut ``ids`` into ``n_streams`` contiguous streams: a (length, n_streams) tensor whose
-    column ``j`` is the ``j``-th piece of the text. The ragged tail is dropped."""
+    """Cut ``ids`` into ``n_streams`` contiguous streams: an (n_streams, length) tensor whose
+    row ``j`` is the ``j``-th piece of the text. The ragged tail is dropped. On the CPU it is
+    a view of ``ids`` (which may be memory-mapped): a big corpus is not copied."""
     length = len(ids) // n_streams
     if length < 2:
         raise ChargenError(f"{len(ids)} tokens are too few for {n_streams} streams")
-    data = torch.from_numpy(np.ascontiguousarray(ids[: length * n_streams]))
-    return data.view(n_streams, length).t().contiguous().to(device)
+    return torch.from_numpy(np.ascontiguousarray(ids[: length * n_streams])).view(n_streams, length).to(device)
 
 
 def chunk_length(rng: np.random.Generator, bptt: int, variable: bool) -> int:
@@ -159,18 +154,18 @@ def chunk_length(rng: np.random.Generator, bptt: int, variable: bool) -> int:
 
 
 class Streams:
-    """The (length, n_streams) id tensor and how to take chunks from it."""
+    """The (n_streams, length) id tensor and how to take (time, stream) chunks from it."""
 
     def __init__(self, data: torch.Tensor) -> None:
         self.data = data
-        self.length, self.n_streams = data.shape
+        self.n_streams, self.length = data.shape
 
     def chunk(self, position: int, bptt: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs at rows [position, position + T) and targets one row later, for every
-        stream; T is ``bptt`` or less at the end of the streams."""
+        """Inputs at positions [position, position + T) and targets one later, for every
+        stream, as (T, n_streams); T is ``bptt`` or less at the end of the streams."""
         t = min(bptt, self.length - 1 - position)
-        x = self.data[position : position + t].long()
-        y = self.data[position + 1 : position + 1 + t].long()
+        x = self.data[:, position : position + t].t().to(torch.long, memory_format=torch.contiguous_format)
+        y = self.data[:, position + 1 : position + 1 + t].t().to(torch.long, memory_format=torch.contiguous_format)
         return x, y
 
     def finished(self, position: int) -> bool:

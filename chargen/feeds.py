@@ -74,8 +74,8 @@ class StreamFeed:
             raise ChargenError("the validation text needs at least 2 characters")
         # Distributed, each rank trains its own contiguous block of the streams (a contiguous
         # stretch of the text) and validates on every world-th validation stream.
-        self.streams = Streams(batchify(train_ids, batch_size, device)[:, ranks.block(batch_size)].contiguous())
-        self.val_streams = Streams(eval_streams(val_ids, device).data[:, ranks.rank :: ranks.world].contiguous())
+        self.streams = Streams(batchify(train_ids, batch_size, device)[ranks.block(batch_size)])
+        self.val_streams = Streams(eval_streams(val_ids, device).data[ranks.rank :: ranks.world])
         self.batch_size, self.ranks = batch_size, ranks
         self.bptt, self.variable_bptt = bptt, variable_bptt
         self.n_train, self.val_targets = len(train_ids), len(val_ids) - 1

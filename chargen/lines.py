@@ -85,7 +85,7 @@ class LineItems:
         if not items:
             raise ChargenError("no items: every line is blank")
         self.n_chars = np.array([len(item) for item in items], dtype=np.int64)
-        self.ids = tokenizer.encode("".join(items)).astype(np.int64)
+        self.ids = tokenizer.encode("".join(items))  # compact: one byte a character for most texts
         self.starts = np.concatenate([[0], np.cumsum(self.n_chars)[:-1]])
         self.lengths = self.n_chars + 1  # targets per item: its characters and <eos>
 

@@ -34,6 +34,14 @@ def compact_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.int32)
 
 
+def check_vocabulary_size(n_chars: int) -> None:
+    if n_chars > MAX_VOCAB:
+        raise ChargenError(
+            f"the text has {n_chars:,} distinct characters; a character model takes at most "
+            f"{MAX_VOCAB:,}. Is it really text? If it is, train on a part in fewer scripts"
+        )
+
+
 def code_points(text: str) -> np.ndarray:
     """The text's code points as uint32, without a Python-level loop."""
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
@@ -61,11 +69,7 @@ class CharTokenizer:
     def from_text(cls, text: str) -> CharTokenizer:
         """The vocabulary of every distinct character in ``text``, in code-point order."""
         unique = np.unique(code_points(text))
-        if len(unique) > MAX_VOCAB:
-            raise ChargenError(
-                f"the text has {len(unique):,} distinct characters; a character model takes at most "
-                f"{MAX_VOCAB:,}. Is it really text? If it is, train on a part in fewer scripts"
-            )
+        check_vocabulary_size(len(unique))
         return cls([chr(c) for c in unique])
 
     def __contains__(self, ch: str) -> bool:

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from . import __version__, checkpoint
-from .corpus import CorpusText
+from .corpus import Corpus
 from .device import resolve_device, resolve_precision
 from .distributed import SINGLE, Ranks
 from .errors import ChargenError
@@ -252,17 +252,17 @@ def restore_checkpoint(
     return progress, carry
 
 
-def make_feed(corpus: CorpusText, tokenizer: CharTokenizer, config: TrainConfig,
+def make_feed(corpus: Corpus, tokenizer: CharTokenizer, config: TrainConfig,
               device: torch.device, ranks: Ranks = SINGLE) -> StreamFeed | LinesFeed:
     if corpus.mode == "lines":
         return LinesFeed(LineItems(corpus.train_items, tokenizer), LineItems(corpus.val_items, tokenizer),
                          config.batch_size, config.bucket_factor, config.seed, device)
-    return StreamFeed(tokenizer.encode(corpus.train), tokenizer.encode(corpus.val), config.batch_size,
+    return StreamFeed(corpus.train_ids, corpus.val_ids, config.batch_size,
                       config.bptt, config.variable_bptt, device, ranks)
 
 
 def run_config(
-    model_config: ModelConfig, config: TrainConfig, corpus: CorpusText, default_prime: str, n_params: int
+    model_config: ModelConfig, config: TrainConfig, corpus: Corpus, default_prime: str, n_params: int
 ) -> dict:
     return {
         "chargen_version": __version__,
@@ -275,7 +275,7 @@ def run_config(
     }
 
 
-def check_resume(saved: dict, corpus: CorpusText, model_config: ModelConfig | None, config: TrainConfig) -> ModelConfig:
+def check_resume(saved: dict, corpus: Corpus, model_config: ModelConfig | None, config: TrainConfig) -> ModelConfig:
     """The saved run must match what it is asked to continue with."""
     for key in ("sha256", "val_sha256", "val_fraction"):
         if saved["corpus"].get(key) != corpus.source.get(key):
@@ -301,7 +301,7 @@ def check_resume(saved: dict, corpus: CorpusText, model_config: ModelConfig | No
 
 # --- the loop ----------------------------------------------------------------------------
 def train(
-    corpus: CorpusText,
+    corpus: Corpus,
     run_dir: str | Path,
     model_config: ModelConfig | None = None,
     config: TrainConfig | None = None,
@@ -341,12 +341,15 @@ def train(
         saved = checkpoint.read_config(run_dir)
         model_config = check_resume(saved, corpus, model_config, config)
         tokenizer = checkpoint.read_tokenizer(run_dir)
+        if tokenizer.chars != corpus.tokenizer.chars:  # (the corpus's ids are in its own vocabulary)
+            raise ChargenError(f"{run_dir}/{checkpoint.TOKENIZER} does not match the text's characters; "
+                               "resume with the run's own folder and text, or start a new run (--force)")
         default_prime = saved.get("default_prime", "")
     else:
-        tokenizer = CharTokenizer.from_text(corpus.vocabulary_text())
+        tokenizer = corpus.tokenizer
         model_config = replace(model_config or ModelConfig(), vocab_size=tokenizer.vocab_size)
         # A stream starts best after a line break; an item starts from <bos> (no prime).
-        default_prime = "" if corpus.mode == "lines" else "\n" if "\n" in tokenizer else corpus.train[0]
+        default_prime = "" if corpus.mode == "lines" else "\n" if "\n" in tokenizer else corpus.first_char
 
     feed = make_feed(corpus, tokenizer, config, device, ranks)
     steps_per_epoch = feed.steps_per_epoch

@@ -1,13 +1,18 @@
 import numpy as np
 import pytest
 
-from chargen import ChargenError, load_corpus
-from chargen.corpus import Streams, batchify, chunk_length, read_text
+from chargen import ChargenError, load_corpus, textfile, train
+from chargen import corpus as corpus_module
+from chargen.corpus import Streams, batchify, chunk_length
+from chargen.textfile import fingerprint, iter_text, read_text, scan_text
+from chargen.tokenizer import CharTokenizer
+from conftest import make_text, name_list, tiny_model, tiny_train
 
 
 def test_streams_continue_across_chunks():
     ids = np.arange(1000) % 251
-    streams = Streams(batchify(ids.astype(np.uint8), n_streams=7))
+    ids_u8 = ids.astype(np.uint8)
+    streams = Streams(batchify(ids_u8, n_streams=7))
     length = 1000 // 7
     position, xs, ys = 0, [], []
     while not streams.finished(position):
@@ -18,6 +23,7 @@ def test_streams_continue_across_chunks():
         ys.append(y)
         position += x.shape[0]
     inputs, targets = np.concatenate(xs), np.concatenate(ys)
+    assert np.shares_memory(streams.data.numpy(), ids_u8)  # a view of the ids, not a copy
     for j in range(7):  # stream j is the j-th contiguous piece of the text, used whole
         piece = ids[j * length : (j + 1) * length]
         assert np.array_equal(inputs[:, j], piece[:-1])
@@ -45,12 +51,23 @@ def test_validation_split(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("x" * 900 + "y" * 100)
     corpus = load_corpus(path, val_fraction=0.1)
-    assert corpus.train == "x" * 900 and corpus.val == "y" * 100
+    decode = corpus.tokenizer.decode
+    assert decode(corpus.train_ids) == "x" * 900 and decode(corpus.val_ids) == "y" * 100
     assert corpus.source["chars"] == 1000
     val = tmp_path / "v.txt"
     val.write_text("held out")
     corpus = load_corpus(path, val_path=val)
-    assert corpus.train == "x" * 900 + "y" * 100 and corpus.val == "held out"
+    decode = corpus.tokenizer.decode
+    assert decode(corpus.train_ids) == "x" * 900 + "y" * 100 and decode(corpus.val_ids) == "held out"
+    assert corpus.tokenizer.chars == sorted(set("xyheld out"))  # both files' characters
+
+
+def test_validation_is_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus_module, "MAX_VAL_CHARS", 50)
+    path = tmp_path / "t.txt"
+    path.write_text("abc" * 1000)
+    corpus = load_corpus(path, val_fraction=0.1)  # 10% would be 300
+    assert len(corpus.val_ids) == 50 and len(corpus.train_ids) == 2950
 
 
 def test_read_text_errors(tmp_path):
@@ -71,3 +88,63 @@ def test_read_text_errors(tmp_path):
 def test_byte_order_mark_is_dropped(tmp_path):
     (tmp_path / "bom.txt").write_bytes("\ufeffhello".encode("utf-8"))
     assert read_text(tmp_path / "bom.txt") == "hello"
+
+
+MIXED = "Ünïcödé ≠ ascii: 日本語 and 😀 emoji, one\r\nline break\n" * 7 + "end"
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 2, 3, 5, 64, 1 << 20])
+def test_text_in_pieces_is_the_whole_text(tmp_path, chunk_bytes):
+    """Characters split between chunks (up to 4 UTF-8 bytes) come out whole."""
+    path = tmp_path / "t.txt"
+    path.write_bytes(("\ufeff" + MIXED).encode("utf-8"))
+    pieces = list(iter_text(path, chunk_bytes=chunk_bytes))
+    assert "".join(pieces) == MIXED
+    assert len(pieces) >= min(100, len(MIXED.encode()) // chunk_bytes)
+
+
+def test_a_stream_is_encoded_in_chunks(tmp_path, monkeypatch):
+    """Chunk by chunk, memory-mapped or not, the ids, vocabulary and hash are those of the
+    whole text at once."""
+    path = tmp_path / "t.txt"
+    path.write_text(MIXED * 20, encoding="utf-8")
+    whole = path.read_bytes().decode("utf-8")
+    reference = CharTokenizer.from_text(whole)
+    for chunk_bytes, memmap_min in ((7, 0), (1 << 24, 1 << 28)):
+        monkeypatch.setattr(textfile, "CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(textfile, "MEMMAP_MIN_BYTES", memmap_min)
+        corpus = load_corpus(path, val_fraction=0.1)
+        assert isinstance(corpus.train_ids.base, np.memmap) == (memmap_min == 0)
+        assert corpus.tokenizer.chars == reference.chars
+        ids = np.concatenate([corpus.train_ids, corpus.val_ids])
+        assert np.array_equal(ids, reference.encode(whole)) and ids.dtype == np.uint8
+        assert corpus.source["sha256"] == fingerprint(whole) and corpus.source["chars"] == len(whole)
+
+
+def test_training_reads_memory_mapped_ids(tmp_path, monkeypatch):
+    monkeypatch.setattr(textfile, "MEMMAP_MIN_BYTES", 0)
+    path = tmp_path / "t.txt"
+    path.write_text(make_text(), encoding="utf-8")
+    corpus = load_corpus(path)
+    assert isinstance(corpus.train_ids.base, np.memmap)
+    result = train(corpus, tmp_path / "run", tiny_model(), tiny_train(steps=4, eval_every=2))
+    assert result.step == 4 and result.best_val_loss > 0
+
+
+def test_decode_errors_name_the_place_in_a_big_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(textfile, "CHUNK_BYTES", 16)
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"line\n" * 20 + "é".encode() + b"ok \xff\n")
+    with pytest.raises(ChargenError, match=r"byte 0xff at offset 105 \(line 21\)"):
+        load_corpus(path)
+    path.write_bytes(b"abc\n" * 10 + "é".encode()[:1])  # cut off in the middle of a character
+    with pytest.raises(ChargenError, match=r"byte 0xc3 at offset 40 \(line 11\)"):
+        scan_text(path)
+
+
+def test_mode_is_judged_from_the_head_of_a_big_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus_module, "DETECT_CHARS", 500)
+    path = tmp_path / "names.txt"
+    path.write_text("\n".join(name_list() * 3) + "\n")
+    corpus = load_corpus(path, mode="auto")
+    assert corpus.mode == "lines" and "judged from its first" in corpus.source["mode_reason"]

@@ -123,7 +123,7 @@ def test_lines_mode_trains_resumes_and_samples(tmp_path, names_file):
 
     corpus = load_corpus(names_file, mode="auto")
     assert corpus.mode == "lines" and "list" in corpus.source["mode_reason"]
-    assert "\n" not in corpus.vocabulary_text()
+    assert "\n" not in corpus.tokenizer
     config = tiny_train(steps=30, eval_every=10, batch_size=8, bucket_factor=4, base_lr=1e-2, base_batch_size=8)
     run = tmp_path / "run"
     straight = train(corpus, tmp_path / "straight", tiny_model(), config)
@@ -141,7 +141,7 @@ def test_lines_mode_trains_resumes_and_samples(tmp_path, names_file):
     assert model.mode == "lines"
     items = model.generate_batch("", 40, num_samples=20, seed=1, temperature=1.0)
     assert len(items) == 20 and all("\n" not in item and len(item) < 40 for item in items)
-    assert all(set(item) <= set(corpus.vocabulary_text()) for item in items)  # no specials, no <unk>
+    assert all(set(item) <= set(corpus.tokenizer.chars) for item in items)  # no specials, no <unk>
     prefixed = model.generate_batch("Ka", 40, num_samples=3, seed=1)
     assert len(prefixed) == 3
     known = model.is_training_item(corpus.train_items[:3] + ["Not A Name In The List"])

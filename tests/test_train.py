@@ -94,7 +94,7 @@ def test_resume_refuses_a_different_text_or_layout(tmp_path, corpus_file):
     corpus = load_corpus(corpus_file)
     run = tmp_path / "run"
     train(corpus, run, tiny_model(), tiny_train(steps=6))
-    other = replace(corpus, train=corpus.train[::-1], source={**corpus.source, "sha256": "x"})
+    other = replace(corpus, train_ids=corpus.train_ids[::-1], source={**corpus.source, "sha256": "x"})
     with pytest.raises(ChargenError, match="different text"):
         train(other, run, None, tiny_train(steps=12), resume=True)
     with pytest.raises(ChargenError, match="--batch-size differs"):
