@@ -48,7 +48,7 @@ def speeches(text: str) -> list[str]:
 
 
 def one_run(corpus, name: str, factor: int, seed: int, args: argparse.Namespace, out: Path) -> dict:
-    lengths = np.array([len(item) + 1 for item in corpus.train_items])
+    lengths = corpus.train_items.lengths
     share = padded_share(lengths, epoch_batches(lengths, args.batch, factor, seed, 0))
     config = TrainConfig(batch_size=args.batch, base_batch_size=args.batch, bucket_factor=factor,
                          epochs=args.epochs[name], eval_every=10**9, log_every=50, sample_chars=0, seed=seed,
@@ -95,7 +95,7 @@ def main() -> None:
             if name not in args.corpora:
                 continue
             corpus = load_corpus(path, mode="lines")
-            n = np.array([len(i) for i in corpus.train_items])
+            n = corpus.train_items.n_chars
             print(f"{name}: {len(n):,} training items, {n.sum():,} chars; length median {np.median(n):.0f}, "
                   f"5%-95% {np.percentile(n, 5):.0f}-{np.percentile(n, 95):.0f}, max {n.max():,}", flush=True)
             lengths = n + 1

@@ -89,7 +89,7 @@ class TrainedModel:
             if not items:
                 raise ChargenError("the evaluation text has no non-blank lines")
             self.tokenizer.encode_known("".join(items), "evaluation text")
-            loss = evaluate_items(self.model, LineItems(items, self.tokenizer))
+            loss = evaluate_items(self.model, LineItems.from_strings(items, self.tokenizer))
             targets = sum(len(item) + 1 for item in items)
             return {"loss": loss, "bpc": loss / LN2, "chars": targets, "items": len(items)}
         ids = self.tokenizer.encode_known(text, "evaluation text")

@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -274,16 +275,17 @@ class MetricsLog:
             f.write(json.dumps(record) + "\n")
 
 
-def _hashes(items: list[str]) -> np.ndarray:
-    digests = b"".join(hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-                       for item in items)
-    return np.frombuffer(digests, dtype="<i8")
+def _hashes(items: Iterable[str]) -> np.ndarray:
+    # (fromiter fills the array as the items come: a list of millions of digests is not kept)
+    return np.fromiter((int.from_bytes(hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                                       "little", signed=True) for item in items), dtype=np.int64)
 
 
-def write_items(run_dir: Path, items: list[str]) -> None:
+def write_items(run_dir: Path, items: Iterable[str]) -> None:
     """A sorted 64-bit hash of every training item: enough to tell whether a sample is one
     of them, at 8 bytes an item, without keeping the list."""
-    save_tensors(run_dir / ITEMS, {"hashes": torch.from_numpy(np.sort(_hashes(items)))}, {"items": len(items)})
+    hashes = np.sort(_hashes(items))
+    save_tensors(run_dir / ITEMS, {"hashes": torch.from_numpy(hashes)}, {"items": len(hashes)})
 
 
 def read_items(run_dir: Path) -> torch.Tensor:

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from .errors import ChargenError
-from .lines import MODES, detect_mode, split_items, split_train_val
-from .textfile import encode_file, fingerprint, read_head, read_text, scan_text, tokenizer_for
+from .lines import MODES, LineItems, detect_mode, file_items, held_out, item_tokenizer
+from .textfile import encode_file, read_head, scan_text, tokenizer_for
 from .tokenizer import CharTokenizer
 
 # Validation is at most this much of a stream: enough to measure bpc to a few thousandths,
@@ -31,21 +31,18 @@ DETECT_CHARS = 2_000_000
 
 @dataclass
 class Corpus:
-    """Training and validation data, their vocabulary, and where they came from. A stream
-    is held as ids (compact, memory-mapped when big; never as one string); a list (lines
-    mode) as its items, one per non-blank line."""
+    """Training and validation data, their vocabulary, and where they came from, held as
+    ids (compact, memory-mapped when big; never as one string): a stream's train and
+    validation parts, or a list's items (lines mode: spans of the ids, one per non-blank
+    line)."""
 
     source: dict
     tokenizer: CharTokenizer
     mode: str = "stream"
     train_ids: np.ndarray | None = None
     val_ids: np.ndarray | None = None
-    train_items: list[str] | None = None
-    val_items: list[str] | None = None
-
-    @property
-    def first_char(self) -> str:
-        return self.tokenizer.decode(self.train_ids[:1]) if self.mode == "stream" else self.train_items[0][:1]
+    train_items: LineItems | None = None
+    val_items: LineItems | None = None
 
 
 def choose_mode(path: str | os.PathLike, encoding: str, errors: str) -> tuple[str, str]:
@@ -82,44 +79,51 @@ def load_corpus(
 
 
 def load_stream(path, val_path, val_fraction: float, encoding: str, errors: str, source: dict) -> Corpus:
-    """Two passes over the file(s), never the whole text in memory: scan (count, hash,
-    vocabulary), then encode chunk by chunk into one compact array."""
-    scan = scan_text(path, encoding, errors)
-    source.update(chars=scan.n_chars, sha256=scan.sha256)
-    if val_path is not None:
-        val_scan = scan_text(val_path, encoding, errors)
-        source.update(val_path=str(val_path), val_chars=val_scan.n_chars, val_sha256=val_scan.sha256)
-        tokenizer = tokenizer_for(scan, val_scan)
-        ids = encode_file(path, tokenizer, scan.n_chars, encoding, errors)
-        return Corpus(source, tokenizer, "stream", ids, encode_file(val_path, tokenizer, val_scan.n_chars,
-                                                                    encoding, errors))
+    """The validation split of one long text: its tail, or ``val_path``."""
+    tokenizer, ids, val_ids = encode_files(path, val_path, encoding, errors, source)
+    if val_ids is not None:
+        return Corpus(source, tokenizer, "stream", ids, val_ids)
     source["val_fraction"] = val_fraction
-    n_val = min(MAX_VAL_CHARS, max(2, round(scan.n_chars * val_fraction)))
-    if scan.n_chars - n_val < 2:
-        raise ChargenError(f"{path} has only {scan.n_chars} characters; a corpus needs far more")
-    tokenizer = tokenizer_for(scan)
-    ids = encode_file(path, tokenizer, scan.n_chars, encoding, errors)
+    n_val = min(MAX_VAL_CHARS, max(2, round(len(ids) * val_fraction)))
+    if len(ids) - n_val < 2:
+        raise ChargenError(f"{path} has only {len(ids)} characters; a corpus needs far more")
     return Corpus(source, tokenizer, "stream", ids[:-n_val], ids[-n_val:])
 
 
 def load_items(path, val_path, val_fraction: float, encoding: str, errors: str, source: dict) -> Corpus:
-    text = read_text(path, encoding, errors)
-    source.update(chars=len(text), sha256=fingerprint(text))
-    items = split_items(text)
-    del text
-    if val_path is not None:
-        val = read_text(val_path, encoding, errors)
-        source.update(val_path=str(val_path), val_chars=len(val), val_sha256=fingerprint(val))
-        train_items, val_items = items, split_items(val)
-        if not train_items or not val_items:
-            raise ChargenError("lines mode needs at least one non-blank line in the text and in --val-file")
+    """The validation split of a list: random items, or the items of ``val_path``."""
+    file_tokenizer, ids, val_ids = encode_files(path, val_path, encoding, errors, source)
+    items = file_items(ids, file_tokenizer)
+    if not len(items):
+        raise ChargenError(f"{path} has no items: every line is blank")
+    if val_ids is not None:
+        train_items, val_items = items, file_items(val_ids, file_tokenizer)
+        if not len(val_items):
+            raise ChargenError(f"{val_path} has no items: every line is blank")
     else:
         source["val_fraction"] = val_fraction
-        train_items, val_items = split_train_val(items, val_fraction)
+        mean_chars = items.n_chars.mean() + 1
+        held = held_out(len(items), val_fraction, max_items=max(1, int(MAX_VAL_CHARS / mean_chars)))
+        train_items, val_items = items.subset(~held), items.subset(held)
     source["items"] = len(train_items) + len(val_items)
-    # The line breaks between items are not characters of the vocabulary.
-    tokenizer = CharTokenizer.from_text("".join(train_items) + "".join(val_items))
+    tokenizer = item_tokenizer(file_tokenizer, train_items, val_items)
     return Corpus(source, tokenizer, "lines", train_items=train_items, val_items=val_items)
+
+
+def encode_files(path, val_path, encoding: str, errors: str,
+                 source: dict) -> tuple[CharTokenizer, np.ndarray, np.ndarray | None]:
+    """Two passes over the file (and ``val_path``), never the whole text in memory: scan
+    (count, hash, vocabulary), then encode chunk by chunk into one compact array each."""
+    scan = scan_text(path, encoding, errors)
+    source.update(chars=scan.n_chars, sha256=scan.sha256)
+    if val_path is None:
+        tokenizer = tokenizer_for(scan)
+        return tokenizer, encode_file(path, tokenizer, scan.n_chars, encoding, errors), None
+    val_scan = scan_text(val_path, encoding, errors)
+    source.update(val_path=str(val_path), val_chars=val_scan.n_chars, val_sha256=val_scan.sha256)
+    tokenizer = tokenizer_for(scan, val_scan)
+    return (tokenizer, encode_file(path, tokenizer, scan.n_chars, encoding, errors),
+            encode_file(val_path, tokenizer, val_scan.n_chars, encoding, errors))
 
 
 def min_train_chars(batch_size: int, bptt: int) -> int:

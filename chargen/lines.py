@@ -11,12 +11,14 @@ left to right, pads after an item's end cannot change anything before it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .errors import ChargenError
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, CharTokenizer
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, CharTokenizer
 
 IGNORE = -100  # the target at padded positions: cross_entropy's ignore_index
 MODES = ("auto", "stream", "lines")
@@ -65,32 +67,50 @@ def detect_mode(text: str) -> tuple[str, str]:
     return "lines", f"{len(items):,} lines, {lengths.mean():.0f} characters on average, no paragraphs: a list"
 
 
-def split_train_val(items: list[str], val_fraction: float, seed: int = 0) -> tuple[list[str], list[str]]:
-    """A random ``val_fraction`` of the items held out (lists are often sorted, so the
-    tail would be a biased sample); the same items for the same list and seed."""
+def held_out(n_items: int, val_fraction: float, max_items: int | None = None, seed: int = 0) -> np.ndarray:
+    """Which items validation takes (a bool mask): a random ``val_fraction`` of them, at most
+    ``max_items`` (lists are often sorted, so the tail would be a biased sample); the same
+    items for the same count and seed."""
     if not 0.0 < val_fraction < 0.5:
         raise ChargenError(f"--val-fraction must be between 0 and 0.5, not {val_fraction}")
-    n_val = max(1, round(len(items) * val_fraction))
-    if len(items) - n_val < 1:
-        raise ChargenError(f"{len(items)} items are too few to hold some out for validation; give more lines")
-    held = np.zeros(len(items), dtype=bool)
-    held[np.random.default_rng(seed).permutation(len(items))[:n_val]] = True
-    return [s for s, h in zip(items, held, strict=True) if not h], [s for s, h in zip(items, held, strict=True) if h]
+    n_val = min(max(1, round(n_items * val_fraction)), max_items or n_items)
+    if n_items - n_val < 1:
+        raise ChargenError(f"{n_items} items are too few to hold some out for validation; give more lines")
+    held = np.zeros(n_items, dtype=bool)
+    held[np.random.default_rng(seed).permutation(n_items)[:n_val]] = True
+    return held
 
 
 class LineItems:
-    """Items encoded once into one flat id array; a batch is gathered from it on demand."""
+    """Items as spans (in order) of one flat id array: compact, perhaps memory-mapped, and
+    shared by the training and validation items of a file. A batch is gathered on demand."""
 
-    def __init__(self, items: list[str], tokenizer: CharTokenizer) -> None:
-        if not items:
-            raise ChargenError("no items: every line is blank")
-        self.n_chars = np.array([len(item) for item in items], dtype=np.int64)
-        self.ids = tokenizer.encode("".join(items))  # compact: one byte a character for most texts
-        self.starts = np.concatenate([[0], np.cumsum(self.n_chars)[:-1]])
+    def __init__(self, ids: np.ndarray, starts: np.ndarray, n_chars: np.ndarray) -> None:
+        self.ids, self.starts, self.n_chars = ids, starts.astype(np.int64), n_chars.astype(np.int64)
         self.lengths = self.n_chars + 1  # targets per item: its characters and <eos>
+
+    @classmethod
+    def from_strings(cls, items: list[str], tokenizer: CharTokenizer) -> LineItems:
+        n_chars = np.array([len(item) for item in items], dtype=np.int64)
+        return cls(tokenizer.encode("".join(items)), np.cumsum(n_chars) - n_chars, n_chars)
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    def subset(self, mask: np.ndarray) -> LineItems:
+        return LineItems(self.ids, self.starts[mask], self.n_chars[mask])
+
+    def strings(self, tokenizer: CharTokenizer, block_chars: int = 1 << 22) -> Iterator[str]:
+        """The items as text, decoded a block of the id array at a time."""
+        ends = self.starts + self.n_chars
+        i = 0
+        while i < len(self):
+            j = max(i + 1, int(np.searchsorted(ends, self.starts[i] + block_chars, side="right")))
+            base = int(self.starts[i])
+            text = tokenizer.decode_aligned(self.ids[base : int(ends[j - 1])])
+            spans = zip(self.starts[i:j].tolist(), ends[i:j].tolist(), strict=True)
+            yield from (text[start - base : end - base] for start, end in spans)
+            i = j
 
     def batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs ``<bos> item`` and targets ``item <eos>`` of the items in ``index``, as
@@ -107,6 +127,81 @@ class LineItems:
             y[:n, column] = chars
             y[n, column] = EOS_ID
         return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+
+
+def line_windows(ids: np.ndarray, newline: int | None, window: int) -> Iterator[tuple[int, int]]:
+    """(start, end) pieces of ``ids`` of about ``window`` ids that end just after a line
+    break (or at the end), so that no line is cut."""
+    start = 0
+    while start < len(ids):
+        end = min(len(ids), start + window)
+        while end < len(ids):
+            breaks = np.flatnonzero(ids[start:end] == newline) if newline is not None else []
+            if len(breaks):
+                end = start + int(breaks[-1]) + 1
+                break
+            end = min(len(ids), end + window)  # a line longer than the window
+        yield start, end
+        start = end
+
+
+def file_items(ids: np.ndarray, tokenizer: CharTokenizer, window: int = 1 << 24) -> LineItems:
+    """The items of an encoded file, as ``split_items`` finds them in its text: one per line
+    that is not blank, without its line break (``\\n`` or ``\\r\\n``); worked out on the ids
+    a window at a time, never as strings."""
+    newline = tokenizer.id_of("\n") if "\n" in tokenizer else None
+    cr = tokenizer.id_of("\r") if "\r" in tokenizer else -1
+    not_space = np.array([False] * len(SPECIALS) + [not ch.isspace() for ch in tokenizer.chars])
+    all_starts, all_n = [], []
+    for w0, w1 in line_windows(ids, newline, window):
+        piece = np.asarray(ids[w0:w1])
+        breaks = np.flatnonzero(piece == newline) if newline is not None else np.zeros(0, dtype=np.int64)
+        starts = np.concatenate([[0], breaks + 1])
+        ends = np.concatenate([breaks, [len(piece)]])
+        real = starts < len(piece)  # not the empty line after a final line break
+        starts, ends = starts[real], ends[real]
+        # A line is blank unless some character of it is not white space. Each segment here
+        # runs on to the line break, which is white space.
+        keep = np.logical_or.reduceat(not_space[piece], starts)
+        n = ends - starts
+        n -= (n > 0) & (piece[np.maximum(ends - 1, 0)] == cr)  # the \r of a \r\n line end
+        all_starts.append(starts[keep] + w0)
+        all_n.append(n[keep])
+    return LineItems(ids, np.concatenate(all_starts), np.concatenate(all_n))
+
+
+def item_tokenizer(tokenizer: CharTokenizer, *item_lists: LineItems, window: int = 1 << 24) -> CharTokenizer:
+    """The vocabulary of the characters inside the items (not the line breaks between them,
+    nor white space found only in blank lines); every id array is recoded to it in place."""
+    in_items = np.zeros(tokenizer.vocab_size, dtype=bool)
+    arrays = list({id(items.ids): items.ids for items in item_lists}.values())
+    for ids in arrays:
+        for w0 in range(0, len(ids), window):
+            in_items |= np.bincount(ids[w0 : w0 + window], minlength=tokenizer.vocab_size) > 0
+    in_items[: len(SPECIALS)] = False
+    # Every character that is not white space lies in an item; white space may lie only
+    # between items, so each white-space character is looked for inside them.
+    for char_id in np.flatnonzero(in_items):
+        if tokenizer.chars[char_id - len(SPECIALS)].isspace():
+            in_items[char_id] = any(occurs_in_items(items, int(char_id), window) for items in item_lists)
+    recoded = CharTokenizer([ch for ch, used in zip(tokenizer.chars, in_items[len(SPECIALS):], strict=True) if used])
+    table = np.full(tokenizer.vocab_size, UNK_ID, dtype=recoded.dtype)  # what is left is between items
+    table[: len(SPECIALS)] = np.arange(len(SPECIALS))
+    table[in_items] = np.arange(len(SPECIALS), recoded.vocab_size)
+    for ids in arrays:
+        for w0 in range(0, len(ids), window):
+            ids[w0 : w0 + window] = table[ids[w0 : w0 + window]]
+    return recoded
+
+
+def occurs_in_items(items: LineItems, char_id: int, window: int) -> bool:
+    ends = items.starts + items.n_chars
+    for w0 in range(0, len(items.ids), window):
+        where = np.flatnonzero(items.ids[w0 : w0 + window] == char_id) + w0
+        item = np.searchsorted(items.starts, where, side="right") - 1
+        if ((item >= 0) & (where < ends[np.maximum(item, 0)])).any():
+            return True
+    return False
 
 
 def epoch_batches(

@@ -115,6 +115,13 @@ class CharTokenizer:
         arr = arr[arr >= len(SPECIALS)]
         return self._decode_table[arr].tobytes().decode("utf-32-le", "surrogatepass")
 
+    def decode_aligned(self, ids: np.ndarray) -> str:
+        """One character per id, specials as U+FFFD, so that string positions are id
+        positions (for slicing many items out of one decoded block)."""
+        table = self._decode_table.copy()
+        table[: len(SPECIALS)] = 0xFFFD
+        return table[np.asarray(ids)].tobytes().decode("utf-32-le", "surrogatepass")
+
     # --- tokenizer.json -------------------------------------------------------------
     def to_hf(self) -> Tokenizer:
         """The equivalent Hugging Face tokenizer (WordLevel over single code points)."""

@@ -27,11 +27,10 @@ from .device import resolve_device, resolve_precision
 from .distributed import SINGLE, Ranks
 from .errors import ChargenError
 from .feeds import LinesFeed, StreamFeed
-from .lines import IGNORE, LineItems
+from .lines import IGNORE
 from .model import CharLSTM, ModelConfig, State, detach_state
 from .sample import collect, sample_text
 from .schedule import BatchScaling, WarmupDecay, format_schedule
-from .tokenizer import CharTokenizer
 
 DEFAULT_EPOCHS = 10
 LINE_SAMPLES = 8  # items printed at each validation in lines mode
@@ -252,13 +251,13 @@ def restore_checkpoint(
     return progress, carry
 
 
-def make_feed(corpus: Corpus, tokenizer: CharTokenizer, config: TrainConfig,
-              device: torch.device, ranks: Ranks = SINGLE) -> StreamFeed | LinesFeed:
+def make_feed(corpus: Corpus, config: TrainConfig, device: torch.device,
+              ranks: Ranks = SINGLE) -> StreamFeed | LinesFeed:
     if corpus.mode == "lines":
-        return LinesFeed(LineItems(corpus.train_items, tokenizer), LineItems(corpus.val_items, tokenizer),
-                         config.batch_size, config.bucket_factor, config.seed, device)
-    return StreamFeed(corpus.train_ids, corpus.val_ids, config.batch_size,
-                      config.bptt, config.variable_bptt, device, ranks)
+        return LinesFeed(corpus.train_items, corpus.val_items, config.batch_size, config.bucket_factor,
+                         config.seed, device)
+    return StreamFeed(corpus.train_ids, corpus.val_ids, config.batch_size, config.bptt, config.variable_bptt,
+                      device, ranks)
 
 
 def run_config(
@@ -349,9 +348,12 @@ def train(
         tokenizer = corpus.tokenizer
         model_config = replace(model_config or ModelConfig(), vocab_size=tokenizer.vocab_size)
         # A stream starts best after a line break; an item starts from <bos> (no prime).
-        default_prime = "" if corpus.mode == "lines" else "\n" if "\n" in tokenizer else corpus.first_char
+        if corpus.mode == "lines":
+            default_prime = ""
+        else:
+            default_prime = "\n" if "\n" in tokenizer else tokenizer.decode(corpus.train_ids[:1])
 
-    feed = make_feed(corpus, tokenizer, config, device, ranks)
+    feed = make_feed(corpus, config, device, ranks)
     steps_per_epoch = feed.steps_per_epoch
 
     torch.manual_seed(config.seed)
@@ -379,7 +381,7 @@ def train(
                 checkpoint.prepare_new_run(run_dir, force)
                 checkpoint.write_tokenizer(run_dir, tokenizer)
                 if corpus.mode == "lines":
-                    checkpoint.write_items(run_dir, corpus.train_items)
+                    checkpoint.write_items(run_dir, corpus.train_items.strings(tokenizer))
             except ChargenError as e:
                 error = str(e)
         ranks.agree(error)

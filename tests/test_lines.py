@@ -11,9 +11,11 @@ from chargen.lines import (
     detect_mode,
     epoch_batches,
     epoch_length,
+    file_items,
+    held_out,
+    item_tokenizer,
     padded_share,
     split_items,
-    split_train_val,
 )
 from chargen.model import CharLSTM, ModelConfig
 from chargen.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, CharTokenizer
@@ -43,14 +45,31 @@ def test_detect_mode():
 
 
 def test_validation_items_are_a_fixed_random_sample():
-    items = [f"item{i}" for i in range(1000)]
-    train_items, val_items = split_train_val(items, 0.1)
-    assert len(val_items) == 100 and sorted(train_items + val_items) == sorted(items)
-    assert not set(train_items) & set(val_items)
-    assert val_items != items[-100:]  # not the (sorted) tail
-    assert split_train_val(items, 0.1) == (train_items, val_items)
+    held = held_out(1000, 0.1)
+    assert held.sum() == 100 and not held[-100:].all()  # not the (sorted) tail
+    assert np.array_equal(held_out(1000, 0.1), held)
+    assert held_out(1000, 0.1, max_items=30).sum() == 30
     with pytest.raises(ChargenError, match="too few"):
-        split_train_val(["only"], 0.1)
+        held_out(1, 0.1)
+
+
+TRICKY = ("\n \t\nAda Lovelace\r\n\r\nBo\tB\n" + "x" * 70 + "\n\u3000\nCy\u2028z\r\n" + "Dee\nE\r" * 5
+          + "last line, no break")
+
+
+@pytest.mark.parametrize("window", [1, 3, 16, 1 << 24])
+def test_items_found_in_the_ids_are_those_of_the_text(window):
+    """Blank lines (white space only), \r\n line ends, a line longer than the window, a
+    last line without a break: the items and their vocabulary, worked out on ids a window
+    at a time, are those of ``split_items`` on the text."""
+    file_tokenizer = CharTokenizer.from_text(TRICKY)
+    items = file_items(file_tokenizer.encode(TRICKY), file_tokenizer, window=window)
+    expected = split_items(TRICKY)
+    assert list(items.strings(file_tokenizer, block_chars=window)) == expected
+    tokenizer = item_tokenizer(file_tokenizer, items, window=window)
+    assert tokenizer.chars == sorted(set("".join(expected)))  # not \n, nor \u3000 (blank lines only)
+    assert "\r" in tokenizer and " " in tokenizer and "\t" in tokenizer  # these occur inside items
+    assert list(items.strings(tokenizer)) == expected  # the ids were recoded in place
 
 
 def test_every_item_once_per_epoch_and_never_split():
@@ -84,7 +103,7 @@ def test_batch_order_repeats_with_a_seed_and_varies_between_epochs():
 
 def test_batch_frames_items_and_pads():
     tokenizer = CharTokenizer.from_text("abc")
-    items = LineItems(["ab", "c", "abca"], tokenizer)
+    items = LineItems.from_strings(["ab", "c", "abca"], tokenizer)
     x, y = items.batch(np.array([0, 1, 2]))
     assert x.shape == y.shape == (5, 3)
     a, b, c = (tokenizer.id_of(ch) for ch in "abc")
@@ -96,7 +115,7 @@ def test_batch_frames_items_and_pads():
 def test_padding_never_reaches_loss_or_gradients():
     """Change what the padded positions hold: loss and every gradient stay the same."""
     tokenizer = CharTokenizer.from_text("abcdefgh")
-    items = LineItems(["abcdefgh", "ab", "cde", "h"], tokenizer)
+    items = LineItems.from_strings(["abcdefgh", "ab", "cde", "h"], tokenizer)
     x, y = items.batch(np.arange(4))
     torch.manual_seed(0)
     model = CharLSTM(ModelConfig(vocab_size=tokenizer.vocab_size, embedding=8, hidden=16, dropout=0.0))
@@ -144,9 +163,11 @@ def test_lines_mode_trains_resumes_and_samples(tmp_path, names_file):
     assert all(set(item) <= set(corpus.tokenizer.chars) for item in items)  # no specials, no <unk>
     prefixed = model.generate_batch("Ka", 40, num_samples=3, seed=1)
     assert len(prefixed) == 3
-    known = model.is_training_item(corpus.train_items[:3] + ["Not A Name In The List"])
+    train_items = list(corpus.train_items.strings(corpus.tokenizer))
+    assert len(train_items) == len(corpus.train_items) and all(train_items)
+    known = model.is_training_item(train_items[:3] + ["Not A Name In The List"])
     assert known == [True, True, True, False]
-    result = model.evaluate("\n".join(corpus.val_items))
+    result = model.evaluate("\n".join(corpus.val_items.strings(corpus.tokenizer)))
     assert result["items"] == len(corpus.val_items) and result["bpc"] > 0
 
 
