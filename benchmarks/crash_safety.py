@@ -12,7 +12,7 @@ and at the end that the final weights equal the reference's bit for bit. Kills t
 during a checkpoint write leave a partial temp file beside the checkpoint; those are
 counted (and removed by the resume).
 
-    python benchmarks/crash_safety.py --kills 20        # ~2 min on 2 cores
+    python benchmarks/crash_safety.py --kills 20        # ~2.5 min on 2 cores
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from chargen import ChargenError, checkpoint  # noqa: E402
 
-FLAGS = ["--hidden", "64", "--embedding", "16", "--batch-size", "8", "--bptt", "32", "--steps", "6000",
+FLAGS = ["--hidden", "64", "--embedding", "16", "--batch-size", "8", "--bptt", "32", "--steps", "12000",
          "--eval-every", "10", "--val-fraction", "0.005", "--log-every", "5", "--precision", "fp32",
          "--device", "cpu", "--quiet", "--seed", "5"]
 
@@ -42,7 +42,17 @@ def train(text: Path, run: Path, flags: list[str], resume: bool) -> subprocess.P
     command = [sys.executable, "-m", "chargen", "train", str(text), "--out", str(run), *flags]
     command.append("--resume" if resume else "--force")
     env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # The log goes to a file: a pipe nobody reads until the end fills up and stalls the run.
+    with open(log_path(run), "a") as log:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def log_path(run: Path) -> Path:
+    return run.parent / f"{run.name}.log"
+
+
+def log_tail(run: Path) -> str:
+    return log_path(run).read_text()[-2000:]
 
 
 def last_logged_step(run: Path) -> int:
@@ -73,7 +83,7 @@ def kill_and_resume(text: Path, work: Path, kills: int, seed: int, flags: list[s
     rng = random.Random(seed)
     reference = train(text, work / "reference", flags, resume=False)
     if reference.wait() != 0:
-        raise RuntimeError(f"the reference run failed: {reference.stderr.read()[-2000:]}")
+        raise RuntimeError(f"the reference run failed: {log_tail(work / 'reference')}")
     run = work / "killed"
     done = killed = corrupt = mid_write = 0
     lost: list[int] = []
@@ -98,7 +108,7 @@ def kill_and_resume(text: Path, work: Path, kills: int, seed: int, flags: list[s
         else:
             process.wait()
         if process.returncode != 0:
-            raise RuntimeError(f"a resumed run failed: {process.stderr.read()[-2000:]}")
+            raise RuntimeError(f"a resumed run failed: {log_tail(run)}")
         done = 1
     final = checkpoint.load_tensors(run / checkpoint.WEIGHTS)[0]
     expected = checkpoint.load_tensors(work / "reference" / checkpoint.WEIGHTS)[0]
@@ -117,7 +127,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         result = kill_and_resume(ROOT / "corpora" / "shakespeare.txt", Path(tmp), args.kills, args.seed)
     print(f"\n{args.kills} kills, seed {args.seed}, {time.perf_counter() - start:.0f} s; "
-          f"a 1x64 LSTM, 6,000 steps, a checkpoint every {result['checkpoint_interval']} steps\n")
+          f"a 1x64 LSTM, {int(FLAGS[FLAGS.index('--steps') + 1]):,} steps, "
+          f"a checkpoint every {result['checkpoint_interval']} steps\n")
     print("| measure | value | target |")
     print("| --- | ---: | ---: |")
     print(f"| SIGKILLs survived | {result['kills']} | >= 20 |")
