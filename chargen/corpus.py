@@ -1,5 +1,5 @@
-"""Text in, batches out: reading a corpus safely, the train/validation split, and the
-contiguous streams that truncated BPTT walks through.
+"""Text in, batches out: a corpus loaded as compact ids (a stream, or a list of items),
+the train/validation split, and the contiguous streams that truncated BPTT walks through.
 
 The core idea (as in PyTorch's word_language_model ``batchify``): cut the token ids into
 ``n_streams`` equal contiguous pieces, stack them as the rows of an (n_streams, length)
@@ -22,6 +22,7 @@ from .lines import MODES, LineItems, detect_mode, file_items, held_out, item_tok
 from .textfile import encode_file, read_head, scan_text, tokenizer_for
 from .tokenizer import CharTokenizer
 
+PathLike = str | os.PathLike
 # Validation is at most this much of a stream: enough to measure bpc to a few thousandths,
 # and a validation of a huge corpus then costs seconds, not hours.
 MAX_VAL_CHARS = 1_000_000
@@ -45,7 +46,7 @@ class Corpus:
     val_items: LineItems | None = None
 
 
-def choose_mode(path: str | os.PathLike, encoding: str, errors: str) -> tuple[str, str]:
+def choose_mode(path: PathLike, encoding: str, errors: str) -> tuple[str, str]:
     head, whole = read_head(path, DETECT_CHARS, encoding, errors)
     if not whole:  # judge whole lines only
         head = head[: head.rfind("\n") + 1] or head
@@ -54,9 +55,9 @@ def choose_mode(path: str | os.PathLike, encoding: str, errors: str) -> tuple[st
 
 
 def load_corpus(
-    path: str | os.PathLike,
+    path: PathLike,
     *,
-    val_path: str | os.PathLike | None = None,
+    val_path: PathLike | None = None,
     val_fraction: float = 0.05,
     encoding: str = "utf-8",
     errors: str = "strict",
@@ -78,7 +79,8 @@ def load_corpus(
     return load_stream(path, val_path, val_fraction, encoding, errors, source)
 
 
-def load_stream(path, val_path, val_fraction: float, encoding: str, errors: str, source: dict) -> Corpus:
+def load_stream(path: PathLike, val_path: PathLike | None, val_fraction: float, encoding: str, errors: str,
+                source: dict) -> Corpus:
     """The validation split of one long text: its tail, or ``val_path``."""
     tokenizer, ids, val_ids = encode_files(path, val_path, encoding, errors, source)
     if val_ids is not None:
@@ -90,7 +92,8 @@ def load_stream(path, val_path, val_fraction: float, encoding: str, errors: str,
     return Corpus(source, tokenizer, "stream", ids[:-n_val], ids[-n_val:])
 
 
-def load_items(path, val_path, val_fraction: float, encoding: str, errors: str, source: dict) -> Corpus:
+def load_items(path: PathLike, val_path: PathLike | None, val_fraction: float, encoding: str, errors: str,
+               source: dict) -> Corpus:
     """The validation split of a list: random items, or the items of ``val_path``."""
     file_tokenizer, ids, val_ids = encode_files(path, val_path, encoding, errors, source)
     items = file_items(ids, file_tokenizer)
@@ -110,7 +113,7 @@ def load_items(path, val_path, val_fraction: float, encoding: str, errors: str, 
     return Corpus(source, tokenizer, "lines", train_items=train_items, val_items=val_items)
 
 
-def encode_files(path, val_path, encoding: str, errors: str,
+def encode_files(path: PathLike, val_path: PathLike | None, encoding: str, errors: str,
                  source: dict) -> tuple[CharTokenizer, np.ndarray, np.ndarray | None]:
     """Two passes over the file (and ``val_path``), never the whole text in memory: scan
     (count, hash, vocabulary), then encode chunk by chunk into one compact array each."""

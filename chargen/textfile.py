@@ -117,13 +117,8 @@ class TextScan:
     """What a first pass over a file finds."""
 
     n_chars: int
-    sha256: str  # of the text as UTF-8: the same as ``fingerprint`` of the whole string
+    sha256: str  # of the text as UTF-8, first 16 hex digits: a resumed run checks it is fed the same text
     present: np.ndarray  # bool per code point: which characters occur
-
-
-def fingerprint(text: str) -> str:
-    """A short content hash, so a resumed run can tell it is fed the same text."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def scan_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict") -> TextScan:
@@ -159,6 +154,10 @@ def empty_ids(n: int, dtype: np.dtype) -> np.ndarray:
         return np.empty(n, dtype=dtype)
     try:
         with tempfile.TemporaryFile(prefix="chargen-ids-") as file:  # unlinked: gone when unmapped
+            # Reserve the blocks now: a full disk is then this clear error, not a SIGBUS
+            # when a page of a sparse file is first written.
+            if hasattr(os, "posix_fallocate"):  # (not on macOS)
+                os.posix_fallocate(file.fileno(), 0, n * np.dtype(dtype).itemsize)
             return np.memmap(file, dtype=dtype, mode="w+", shape=(n,))
     except OSError as e:
         raise ChargenError(

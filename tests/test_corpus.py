@@ -1,10 +1,13 @@
+import errno
+import hashlib
+
 import numpy as np
 import pytest
 
 from chargen import ChargenError, load_corpus, textfile, train
 from chargen import corpus as corpus_module
 from chargen.corpus import Streams, batchify, chunk_length
-from chargen.textfile import fingerprint, iter_text, read_text, scan_text
+from chargen.textfile import iter_text, read_text, scan_text
 from chargen.tokenizer import CharTokenizer
 from conftest import make_text, name_list, tiny_model, tiny_train
 
@@ -118,7 +121,8 @@ def test_a_stream_is_encoded_in_chunks(tmp_path, monkeypatch):
         assert corpus.tokenizer.chars == reference.chars
         ids = np.concatenate([corpus.train_ids, corpus.val_ids])
         assert np.array_equal(ids, reference.encode(whole)) and ids.dtype == np.uint8
-        assert corpus.source["sha256"] == fingerprint(whole) and corpus.source["chars"] == len(whole)
+        assert corpus.source["sha256"] == hashlib.sha256(whole.encode()).hexdigest()[:16]
+        assert corpus.source["chars"] == len(whole)
 
 
 def test_training_reads_memory_mapped_ids(tmp_path, monkeypatch):
@@ -129,6 +133,18 @@ def test_training_reads_memory_mapped_ids(tmp_path, monkeypatch):
     assert isinstance(corpus.train_ids.base, np.memmap)
     result = train(corpus, tmp_path / "run", tiny_model(), tiny_train(steps=4, eval_every=2))
     assert result.step == 4 and result.best_val_loss > 0
+
+
+def test_no_room_for_the_memory_map_is_a_clear_error(tmp_path, monkeypatch):
+    def full_disk(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(textfile, "MEMMAP_MIN_BYTES", 0)
+    monkeypatch.setattr(textfile.os, "posix_fallocate", full_disk)
+    path = tmp_path / "t.txt"
+    path.write_text("abc" * 1000)
+    with pytest.raises(ChargenError, match="cannot make a .* temporary file .*No space left on device.*TMPDIR"):
+        load_corpus(path)
 
 
 def test_decode_errors_name_the_place_in_a_big_file(tmp_path, monkeypatch):
