@@ -223,6 +223,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     mode = args.mode
     if mode is None and args.resume:
         mode = checkpoint.read_config(run_dir).get("mode", "stream")
+
     def log(message: str) -> None:
         if not (args.quiet and message.startswith("--- sample")):
             tqdm.write(message, file=sys.stderr)

@@ -27,6 +27,8 @@ MIN_ITEMS = 50
 MAX_BLANK_SHARE = 0.05
 MAX_ITEM_P95 = 300
 MAX_CONTINUED_SHARE = 0.2
+# Items are found in the ids this many at a time: the temporary arrays stay this size.
+ID_WINDOW = 1 << 24
 
 
 def split_items(text: str) -> list[str]:
@@ -145,7 +147,7 @@ def line_windows(ids: np.ndarray, newline: int | None, window: int) -> Iterator[
         start = end
 
 
-def file_items(ids: np.ndarray, tokenizer: CharTokenizer, window: int = 1 << 24) -> LineItems:
+def file_items(ids: np.ndarray, tokenizer: CharTokenizer, window: int | None = None) -> LineItems:
     """The items of an encoded file, as ``split_items`` finds them in its text: one per line
     that is not blank, without its line break (``\\n`` or ``\\r\\n``); worked out on the ids
     a window at a time, never as strings."""
@@ -153,7 +155,7 @@ def file_items(ids: np.ndarray, tokenizer: CharTokenizer, window: int = 1 << 24)
     cr = tokenizer.id_of("\r") if "\r" in tokenizer else -1
     not_space = np.array([False] * len(SPECIALS) + [not ch.isspace() for ch in tokenizer.chars])
     all_starts, all_n = [], []
-    for w0, w1 in line_windows(ids, newline, window):
+    for w0, w1 in line_windows(ids, newline, window or ID_WINDOW):
         piece = np.asarray(ids[w0:w1])
         breaks = np.flatnonzero(piece == newline) if newline is not None else np.zeros(0, dtype=np.int64)
         starts = np.concatenate([[0], breaks + 1])
@@ -170,9 +172,10 @@ def file_items(ids: np.ndarray, tokenizer: CharTokenizer, window: int = 1 << 24)
     return LineItems(ids, np.concatenate(all_starts), np.concatenate(all_n))
 
 
-def item_tokenizer(tokenizer: CharTokenizer, *item_lists: LineItems, window: int = 1 << 24) -> CharTokenizer:
+def item_tokenizer(tokenizer: CharTokenizer, *item_lists: LineItems, window: int | None = None) -> CharTokenizer:
     """The vocabulary of the characters inside the items (not the line breaks between them,
     nor white space found only in blank lines); every id array is recoded to it in place."""
+    window = window or ID_WINDOW
     in_items = np.zeros(tokenizer.vocab_size, dtype=bool)
     arrays = list({id(items.ids): items.ids for items in item_lists}.values())
     for ids in arrays:

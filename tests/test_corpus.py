@@ -1,10 +1,11 @@
 import errno
 import hashlib
+import tracemalloc
 
 import numpy as np
 import pytest
 
-from chargen import ChargenError, load_corpus, textfile, train
+from chargen import ChargenError, lines, load_corpus, textfile, train
 from chargen import corpus as corpus_module
 from chargen.corpus import Streams, batchify, chunk_length
 from chargen.textfile import iter_text, read_text, scan_text
@@ -123,6 +124,27 @@ def test_a_stream_is_encoded_in_chunks(tmp_path, monkeypatch):
         assert np.array_equal(ids, reference.encode(whole)) and ids.dtype == np.uint8
         assert corpus.source["sha256"] == hashlib.sha256(whole.encode()).hexdigest()[:16]
         assert corpus.source["chars"] == len(whole)
+
+
+def test_loading_never_holds_the_whole_text(tmp_path, monkeypatch):
+    """Peak memory while loading an 8 MB file read in 1 MB chunks (and its lines found 1 M
+    ids at a time): the ids (8 MB), a few chunks and, in lines mode, the items' index
+    arrays. Held as one string, the text alone would be 8 MB more, and its code points 32."""
+    monkeypatch.setattr(textfile, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(lines, "ID_WINDOW", 1 << 20)
+    path = tmp_path / "t.txt"
+    path.write_text(make_text() * (8 * 2**20 // len(make_text()) + 1), encoding="utf-8")
+    size = path.stat().st_size
+    for mode in ("stream", "lines"):
+        tracemalloc.start()
+        try:
+            corpus = load_corpus(path, mode=mode)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert corpus.source["chars"] == size
+        index_bytes = 100 * corpus.source["items"] if mode == "lines" else 0  # starts, lengths, the split
+        assert peak < size + 12 * 2**20 + index_bytes, f"{mode}: {peak / 2**20:.1f} MB for {size / 2**20:.1f} MB"
 
 
 def test_training_reads_memory_mapped_ids(tmp_path, monkeypatch):
