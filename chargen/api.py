@@ -6,16 +6,18 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from . import checkpoint
 from .device import resolve_device
 from .errors import ChargenError
 from .feeds import eval_streams, evaluate_streams
-from .lines import LineItems, evaluate_items, split_items
+from .lines import evaluate_items, file_items, item_tokenizer
 from .model import CharLSTM, LeanStep, ModelConfig
 from .sample import LEAN_MAX_SAMPLES, Sampler, collect
-from .tokenizer import CharTokenizer
+from .textfile import encode_file, scan_text, tokenizer_for
+from .tokenizer import CharTokenizer, recode, unknown_chars_error
 from .train import LN2
 
 
@@ -84,15 +86,30 @@ class TrainedModel:
     def evaluate(self, text: str) -> dict:
         """Loss (nats/char) and bits per character of the model on ``text``; in lines mode
         on its items, counting each item's characters and its end."""
+        text_tokenizer = CharTokenizer.from_text(text)
+        return self._evaluate_ids(text_tokenizer.encode(text), text_tokenizer)
+
+    def evaluate_file(self, path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict") -> dict:
+        """``evaluate`` on a file of any size: read in chunks, never held as one string."""
+        scan = scan_text(path, encoding, errors)
+        file_tokenizer = tokenizer_for(scan)
+        return self._evaluate_ids(encode_file(path, file_tokenizer, scan.n_chars, encoding, errors), file_tokenizer)
+
+    def _evaluate_ids(self, ids: np.ndarray, text_tokenizer: CharTokenizer) -> dict:
+        """``ids`` are in the text's own vocabulary; they are recoded (in place) to the
+        model's once every character is known to be in it."""
+        items = None
         if self.mode == "lines":
-            items = split_items(text)
-            if not items:
+            items = file_items(ids, text_tokenizer)
+            if not len(items):
                 raise ChargenError("the evaluation text has no non-blank lines")
-            self.tokenizer.encode_known("".join(items), "evaluation text")
-            loss = evaluate_items(self.model, LineItems.from_strings(items, self.tokenizer))
-            targets = sum(len(item) + 1 for item in items)
-            return {"loss": loss, "bpc": loss / LN2, "chars": targets, "items": len(items)}
-        ids = self.tokenizer.encode_known(text, "evaluation text")
+            text_tokenizer = item_tokenizer(text_tokenizer, items)  # the items' characters only
+        if unknown := [ch for ch in text_tokenizer.chars if ch not in self.tokenizer]:
+            raise unknown_chars_error("evaluation text", unknown)
+        recode(ids, text_tokenizer.recode_table(self.tokenizer))
+        if items is not None:
+            loss = evaluate_items(self.model, items)
+            return {"loss": loss, "bpc": loss / LN2, "chars": int(items.lengths.sum()), "items": len(items)}
         if len(ids) < 2:
             raise ChargenError("the evaluation text needs at least 2 characters")
         loss = evaluate_streams(self.model, eval_streams(ids, self.device))

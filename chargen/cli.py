@@ -17,7 +17,7 @@ from .errors import ChargenError
 from .lines import MODES
 from .model import ModelConfig
 from .schedule import DECAYS, SCALINGS
-from .textfile import ERROR_POLICIES, read_text
+from .textfile import ERROR_POLICIES
 from .train import DEFAULT_EPOCHS, TrainConfig
 
 BIG_FILE_BYTES = 64 * 2**20  # reading a file this big takes long enough to say so
@@ -286,8 +286,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .api import load
 
     model = load(args.run_dir, device=args.device, weights=args.weights)
-    text = read_text(args.text_file, args.encoding, args.errors)
-    result = model.evaluate(text)
+    result = model.evaluate_file(args.text_file, args.encoding, args.errors)
     over = f"{result['items']:,} items ({result['chars']:,} chars and ends)" if "items" in result \
         else f"{result['chars']:,} chars"
     print(f"loss {result['loss']:.4f} nats/char  bpc {result['bpc']:.4f}  over {over}")

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import ChargenError
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, CharTokenizer
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, CharTokenizer, recode
 
 IGNORE = -100  # the target at padded positions: cross_entropy's ignore_index
 MODES = ("auto", "stream", "lines")
@@ -29,12 +29,6 @@ MAX_ITEM_P95 = 300
 MAX_CONTINUED_SHARE = 0.2
 # Items are found in the ids this many at a time: the temporary arrays stay this size.
 ID_WINDOW = 1 << 24
-
-
-def split_items(text: str) -> list[str]:
-    """One item per line that is not blank; the line break (``\\n`` or ``\\r\\n``) is not
-    part of the item."""
-    return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
 
 
 def runs_on(line: str, next_line: str) -> bool:
@@ -148,9 +142,9 @@ def line_windows(ids: np.ndarray, newline: int | None, window: int) -> Iterator[
 
 
 def file_items(ids: np.ndarray, tokenizer: CharTokenizer, window: int | None = None) -> LineItems:
-    """The items of an encoded file, as ``split_items`` finds them in its text: one per line
-    that is not blank, without its line break (``\\n`` or ``\\r\\n``); worked out on the ids
-    a window at a time, never as strings."""
+    """The items of an encoded file: one per line that is not blank (white space only),
+    without its line break (``\\n`` or ``\\r\\n``); worked out on the ids a window at a
+    time, never as strings."""
     newline = tokenizer.id_of("\n") if "\n" in tokenizer else None
     cr = tokenizer.id_of("\r") if "\r" in tokenizer else -1
     not_space = np.array([False] * len(SPECIALS) + [not ch.isspace() for ch in tokenizer.chars])
@@ -188,12 +182,9 @@ def item_tokenizer(tokenizer: CharTokenizer, *item_lists: LineItems, window: int
         if tokenizer.chars[char_id - len(SPECIALS)].isspace():
             in_items[char_id] = any(occurs_in_items(items, int(char_id), window) for items in item_lists)
     recoded = CharTokenizer([ch for ch, used in zip(tokenizer.chars, in_items[len(SPECIALS):], strict=True) if used])
-    table = np.full(tokenizer.vocab_size, UNK_ID, dtype=recoded.dtype)  # what is left is between items
-    table[: len(SPECIALS)] = np.arange(len(SPECIALS))
-    table[in_items] = np.arange(len(SPECIALS), recoded.vocab_size)
+    table = tokenizer.recode_table(recoded)  # (what has no id in it lies between items)
     for ids in arrays:
-        for w0 in range(0, len(ids), window):
-            ids[w0 : w0 + window] = table[ids[w0 : w0 + window]]
+        recode(ids, table, window)
     return recoded
 
 

@@ -42,6 +42,20 @@ def check_vocabulary_size(n_chars: int) -> None:
         )
 
 
+def unknown_chars_error(what: str, unknown: Sequence[str]) -> ChargenError:
+    shown = ", ".join(repr(c) for c in unknown[:10])
+    more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+    return ChargenError(f"the {what} has characters the model never saw in training: {shown}{more}; "
+                        "remove or replace them")
+
+
+def recode(ids: np.ndarray, table: np.ndarray, window: int = 1 << 24) -> None:
+    """Map every id through ``table``, in place, ``window`` ids at a time (the array may be
+    memory-mapped and bigger than memory)."""
+    for start in range(0, len(ids), window):
+        ids[start : start + window] = table[ids[start : start + window]]
+
+
 def code_points(text: str) -> np.ndarray:
     """The text's code points as uint32, without a Python-level loop."""
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
@@ -100,14 +114,14 @@ class CharTokenizer:
         """Like ``encode`` but refuses characters the model never saw, naming them."""
         ids = self.encode(text)
         if (ids == UNK_ID).any():
-            unknown = self.unknown_chars(text)
-            shown = ", ".join(repr(c) for c in unknown[:10])
-            more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
-            raise ChargenError(
-                f"the {what} has characters the model never saw in training: {shown}{more}; "
-                "remove or replace them"
-            )
+            raise unknown_chars_error(what, self.unknown_chars(text))
         return ids
+
+    def recode_table(self, target: CharTokenizer) -> np.ndarray:
+        """Indexed by this vocabulary's ids: the ``target``'s id of the same character
+        (``<unk>`` where it has none); specials stay."""
+        table = np.array([target.id_of(ch) for ch in self.chars], dtype=target.dtype)
+        return np.concatenate([np.arange(len(SPECIALS), dtype=target.dtype), table])
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         """Text for the ids; special tokens are dropped."""

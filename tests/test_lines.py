@@ -15,7 +15,6 @@ from chargen.lines import (
     held_out,
     item_tokenizer,
     padded_share,
-    split_items,
 )
 from chargen.model import CharLSTM, ModelConfig
 from chargen.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, CharTokenizer
@@ -29,8 +28,16 @@ def names_file(tmp_path):
     return path
 
 
-def test_split_items_skips_blank_lines_and_line_ends():
-    assert split_items("Ada\r\n\n  \nBo\nCy") == ["Ada", "Bo", "Cy"]
+def split_items(text: str) -> list[str]:
+    """What an item is, said in terms of text: one per line that is not blank, without the
+    line break (``\\n`` or ``\\r\\n``). Lines mode works it out on ids (``file_items``)."""
+    return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+
+
+def test_items_skip_blank_lines_and_line_ends():
+    text = "Ada\r\n\n  \nBo\nCy"
+    tokenizer = CharTokenizer.from_text(text)
+    assert list(file_items(tokenizer.encode(text), tokenizer).strings(tokenizer)) == ["Ada", "Bo", "Cy"]
 
 
 def test_detect_mode():
@@ -167,7 +174,11 @@ def test_lines_mode_trains_resumes_and_samples(tmp_path, names_file):
     assert len(train_items) == len(corpus.train_items) and all(train_items)
     known = model.is_training_item(train_items[:3] + ["Not A Name In The List"])
     assert known == [True, True, True, False]
-    result = model.evaluate("\n".join(corpus.val_items.strings(corpus.tokenizer)))
+    val_text = "\n".join(corpus.val_items.strings(corpus.tokenizer))
+    result = model.evaluate(val_text)
+    val_file = tmp_path / "val.txt"
+    val_file.write_bytes(("\r\n \r\n" + val_text.replace("\n", "\r\n\n")).encode())  # CRLF, blank lines
+    assert model.evaluate_file(val_file) == pytest.approx(result)
     assert result["items"] == len(corpus.val_items) and result["bpc"] > 0
 
 

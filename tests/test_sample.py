@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import chargen
-from chargen import ChargenError
+from chargen import ChargenError, textfile
 from chargen.sample import pick_next
 from chargen.tokenizer import SPECIALS
 
@@ -95,6 +95,18 @@ def test_evaluate(model, corpus_file):
     result = model.evaluate(corpus_file.read_text()[-3000:])
     assert result["chars"] == 3000 and result["bpc"] == pytest.approx(result["loss"] / 0.6931471805599453)
     assert 0 < result["bpc"] < 5.2
+
+
+def test_evaluate_file_reads_in_chunks_and_agrees(model, corpus_file, tmp_path, monkeypatch):
+    """A file, read 64 bytes at a time and never as one string, scores as its text does;
+    characters the model never saw are named."""
+    monkeypatch.setattr(textfile, "CHUNK_BYTES", 64)
+    path = tmp_path / "eval.txt"
+    path.write_text(corpus_file.read_text()[-3000:])
+    assert model.evaluate_file(path) == pytest.approx(model.evaluate(path.read_text()))
+    path.write_text("the Zebra and the \u263a\n" * 10)
+    with pytest.raises(ChargenError, match="evaluation text has characters the model never saw.*'Z', '☺'"):
+        model.evaluate_file(path)
 
 
 def test_sampler_continues_from_its_own_state(model):
