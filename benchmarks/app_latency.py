@@ -15,6 +15,7 @@ models) and prints:
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import shutil
 import socket
@@ -23,7 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,17 +37,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serving(port: int) -> bool:
+    """Whether the app on this machine's loopback ``port`` answers "/" (a readiness poll)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        connection.request("GET", "/")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
 def start_app(port: int, models: Path) -> tuple[subprocess.Popen, float]:
     started = time.perf_counter()
     server = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--models", str(models)],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-                if response.status == 200:
-                    return server, time.perf_counter() - started
-        except OSError:
-            pass
+        if serving(port):
+            return server, time.perf_counter() - started
         if server.poll() is not None or time.perf_counter() - started > 120:
             sys.exit("the app did not start")
         time.sleep(0.05)

@@ -2,11 +2,9 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -82,16 +80,11 @@ def interrupt_at(step):
     return hook
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def start_app(args: list[str], cwd: Path):
     """``python app.py ARGS`` on a free loopback port; yields its URL once it serves."""
-    port = free_port()
+    app_scripts = load_script("benchmarks/app_latency.py")  # (the benchmark starts the app the same way)
+    port = app_scripts.free_port()
     env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("SPACE_ID", None)
     log_path = cwd / f"app-{port}.log"
@@ -101,13 +94,7 @@ def start_app(args: list[str], cwd: Path):
         try:
             url = f"http://127.0.0.1:{port}/"
             deadline = time.time() + 90
-            while True:
-                try:
-                    with urllib.request.urlopen(url, timeout=2) as response:
-                        if response.status == 200:
-                            break
-                except OSError:
-                    pass
+            while not app_scripts.serving(port):
                 if server.poll() is not None or time.time() > deadline:
                     pytest.fail("the app did not start:\n" + log_path.read_text()[-3000:])
                 time.sleep(0.3)
