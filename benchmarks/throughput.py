@@ -55,6 +55,7 @@ except ImportError:  # not installed: fall back to the checkout this script live
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chargen.corpus import Streams, batchify
+from chargen.device import autocast_problem
 from chargen.model import CharLSTM, ModelConfig, detach_state
 from chargen.sample import LEAN_MAX_SAMPLES, Sampler
 from chargen.tokenizer import CharTokenizer
@@ -437,7 +438,11 @@ def main(argv: list[str] | None = None) -> None:
     results["sampling"] = []
     for device in devices:
         print(f"measuring on {device.type} ...", file=sys.stderr, flush=True)
-        precisions = args.precision or (["fp32", "bf16"] if device.type == "cuda" else ["fp32"])
+        precisions = list(args.precision or (["fp32", "bf16"] if device.type == "cuda" else ["fp32"]))
+        for name in [p for p in precisions if p != "fp32"]:
+            if problem := autocast_problem(device, DTYPES[name]):
+                print(f"  {name} skipped on {device.type}: autocast does not run here ({problem})", file=sys.stderr)
+                precisions.remove(name)
         gemms = {precision: gemm_gflops(device, effort, precision) for precision in precisions}
         results["gemm"] += gemms.values()
         results["rows"] += device_rows(device, gemms, args, effort)

@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--seed", type=int, help=f"random seed (default {d['seed']})")
     opt.add_argument("--precision", choices=PRECISIONS,
                      help="autocast to bf16 or fp16 (with gradient scaling), or plain fp32; auto is bf16 "
-                     "where the CPU or GPU multiplies bf16 natively, else fp32 (default auto)")
+                     "where it runs and is faster than fp32 (tried at start-up), else fp32 (default auto)")
     t.add_argument("--quiet", action="store_true", help="no progress bar or samples")
 
     s = commands.add_parser("sample", help="print text sampled from a trained model")

@@ -332,7 +332,7 @@ def train(
         log, progress_bar, on_event = None, False, None
     log = log or (lambda message: None)
     device = resolve_device(config.device)
-    autocast_dtype = resolve_precision(config.precision, device)
+    autocast_dtype, precision_note = resolve_precision(config.precision, device)
     if device.type == "cuda":  # TF32 tensor cores for the fp32 matrix products
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
@@ -407,8 +407,7 @@ def train(
         log(f"mode: {corpus.mode}: {corpus.source['mode_reason']} (--mode {other} to override)")
     log(
         f"{'resuming' if resume else 'training'} {run_dir}: {feed.describe()}, vocabulary {tokenizer.vocab_size}, "
-        f"{model.num_parameters():,} parameters, device {device}"
-        + (f" ({'bf16' if autocast_dtype is torch.bfloat16 else 'fp16'} autocast)" if autocast_dtype else "")
+        f"{model.num_parameters():,} parameters, device {device} ({precision_note})"
     )
     log(
         f"plan: {progress.total_steps:,} steps of {feed.batch_description()} "

@@ -12,11 +12,17 @@ import pytest
 import torch
 
 from chargen import ModelConfig, TrainConfig
+from chargen.device import autocast_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # Tiny models run faster on one thread, and the suite does not fight other work for cores.
 torch.set_num_threads(1)
+
+# Tests that train under bf16 autocast run where its kernels do (decided as the trainer
+# decides it), and skip, saying why, where they do not: AVX2-only CPUs, or ONEDNN_MAX_CPU_ISA=AVX2.
+BF16_PROBLEM = autocast_problem(torch.device("cpu"), torch.bfloat16)
+needs_bf16 = pytest.mark.skipif(BF16_PROBLEM is not None, reason=f"bf16 autocast does not run here: {BF16_PROBLEM}")
 
 SENTENCE = (
     "the king and queen of england sat upon the throne while the fool sang of love "

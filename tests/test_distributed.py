@@ -15,7 +15,7 @@ import chargen
 from chargen import ChargenError, load_corpus, train
 from chargen.cli import main
 from chargen.distributed import Ranks
-from conftest import make_text, name_list, tiny_model, tiny_train
+from conftest import make_text, name_list, needs_bf16, tiny_model, tiny_train
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAGS = ["--hidden", "24", "--layers", "2", "--embedding", "8", "--batch-size", "8", "--bptt", "16",
@@ -118,6 +118,7 @@ def test_refusals_before_any_process_waits(tmp_path, text_file):
         train(load_corpus(text_file), tmp_path / "b", tiny_model(), tiny_train(batch_size=5), ranks=Ranks(0, 2))
 
 
+@needs_bf16
 def test_bf16_autocast_on_cpu_trains_and_samples(tmp_path, text_file):
     result = train(load_corpus(text_file), tmp_path / "run", tiny_model(), tiny_train(steps=4, precision="bf16"))
     assert result.step == 4 and result.last_val_loss == result.last_val_loss  # not NaN

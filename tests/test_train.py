@@ -7,7 +7,7 @@ import torch
 from chargen import ChargenError, load_corpus, train
 from chargen.checkpoint import TRAINER, load_tensors, read_config
 from chargen.train import fit_to_time
-from conftest import interrupt_at, tiny_model, tiny_train
+from conftest import interrupt_at, needs_bf16, tiny_model, tiny_train
 
 
 def weights(run_dir):
@@ -15,7 +15,7 @@ def weights(run_dir):
     return {k: v for k, v in tensors.items() if not k.startswith("rng/")}
 
 
-@pytest.mark.parametrize("precision, variable_bptt", [("fp32", False), ("bf16", True)])
+@pytest.mark.parametrize("precision, variable_bptt", [("fp32", False), pytest.param("bf16", True, marks=needs_bf16)])
 def test_resume_is_exact(tmp_path, corpus_file, precision, variable_bptt):
     """N steps, Ctrl-C, resume, N more == 2N steps straight: bit for bit, including the
     carried LSTM state, optimizer moments, dropout and variable-BPTT random streams."""
@@ -130,19 +130,6 @@ def test_max_time_stops_and_decays(tmp_path, corpus_file):
     assert result.history[-1]["event"] == "val"  # finished with a validation
     lrs = [e["lr"] for e in result.history if e["event"] == "train"]
     assert lrs[-1] < max(lrs)  # decaying towards the fitted end (how far depends on the machine's pace)
-
-
-def test_precision_choice():
-    from chargen.device import resolve_precision
-
-    cpu = torch.device("cpu")
-    assert resolve_precision("fp32", cpu) is None
-    assert resolve_precision("bf16", cpu) is torch.bfloat16
-    with pytest.raises(ChargenError, match="fp16 is for CUDA GPUs"):
-        resolve_precision("fp16", cpu)
-    assert resolve_precision("auto", cpu) in (None, torch.bfloat16)
-    with pytest.raises(ChargenError, match="--precision must be one of"):
-        resolve_precision("fp8", cpu)
 
 
 def test_stop_event_from_another_thread_saves_and_resumes(tmp_path, corpus_file):
