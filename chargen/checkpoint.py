@@ -44,6 +44,9 @@ METRICS = "metrics.jsonl"
 ITEMS = "train_items.safetensors"  # lines mode: a hash of every training item
 RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS, ITEMS)
 TMP_SUFFIX = ".tmp"  # atomic_write's temp files: .NAME.PID.RANDOM.tmp beside the file
+# fp32 copies of the parameters a run folder holds: the weights in model, best and the trainer
+# state (with AdamW's two moments), and the trainer state's temp file while it is replaced.
+NEW_RUN_COPIES, RESUME_COPIES = 8, 3
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -141,8 +144,9 @@ def holds_run(run_dir: Path) -> bool:
     return (run_dir / CONFIG).exists()
 
 
-def prepare_new_run(run_dir: Path, force: bool) -> None:
-    """Make ``run_dir`` ready for a new run without overwriting anything unasked."""
+def prepare_new_run(run_dir: Path, force: bool, checkpoint_bytes: int = 0) -> None:
+    """Make ``run_dir`` ready for a new run without overwriting anything unasked; refuse a
+    folder that cannot hold its checkpoints before anything is replaced."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ChargenError(f"{run_dir} is a file; --out needs a folder")
     if holds_run(run_dir) and not force:
@@ -152,11 +156,28 @@ def prepare_new_run(run_dir: Path, force: bool) -> None:
         )
     if run_dir.is_dir() and not holds_run(run_dir) and any(run_dir.iterdir()) and not force:
         raise ChargenError(f"{run_dir} exists and is not empty; choose a new --out folder (or --force)")
+    check_room(run_dir, checkpoint_bytes)
     if force:
         for name in RUN_FILES:
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(run_dir / "trainer", ignore_errors=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def check_room(run_dir: Path, checkpoint_bytes: int) -> None:
+    """``run_dir`` exists (made if need be), takes a new file, and has room for the run's
+    checkpoints: found out at the start, not at the first save an interval in."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-test.{os.getpid()}{TMP_SUFFIX}"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+        free = shutil.disk_usage(run_dir).free
+    except OSError as e:
+        raise ChargenError(f"cannot write to {run_dir} ({e.strerror or e}); choose a folder you can write to") \
+            from None
+    if free < checkpoint_bytes:
+        raise ChargenError(f"{run_dir} has {free / 2**20:,.0f} MB free, but its files need about "
+                           f"{checkpoint_bytes / 2**20:,.0f} MB; free some space or choose another folder")
 
 
 def read_config(run_dir: Path) -> dict:
@@ -209,11 +230,15 @@ def export_run(run_dir: Path, out_dir: Path, weights: str = "best", force: bool 
     config = read_config(run_dir)
     source = weights_path(run_dir, weights)
     load_tensors(source)  # refuse a damaged file before copying it
-    if out_dir.resolve() == run_dir.resolve():
-        raise ChargenError("export needs a new folder, not the run folder itself")
+    if out_dir.resolve() == run_dir.resolve() or run_dir.resolve() in out_dir.resolve().parents:
+        raise ChargenError("export needs a folder of its own, not the run folder or one inside it")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ChargenError(f"{out_dir} is a file; give a folder to export to")
+    if (out_dir / TRAINER).exists():  # --force replaces a model folder, never a training run
+        raise ChargenError(f"{out_dir} holds a training run; export to another folder")
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise ChargenError(f"{out_dir} exists and is not empty; choose a new folder (or --force)")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_room(out_dir, source.stat().st_size)
     for name in RUN_FILES:
         if (out_dir / name).is_file():
             (out_dir / name).unlink()

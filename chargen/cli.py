@@ -4,6 +4,7 @@ line on stderr and exit status 2."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -18,7 +19,7 @@ from .lines import MODES
 from .model import ModelConfig
 from .schedule import DECAYS, SCALINGS
 from .textfile import ERROR_POLICIES
-from .train import DEFAULT_EPOCHS, TrainConfig
+from .train import DEFAULT_EPOCHS, MAX_SEED, TrainConfig
 
 BIG_FILE_BYTES = 64 * 2**20  # reading a file this big takes long enough to say so
 MODEL_FLAGS = ("embedding", "hidden", "layers", "dropout")
@@ -38,13 +39,30 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def finite_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = finite_float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_SEED}, not {value}")
     return value
 
 
@@ -95,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--layers", type=positive_int, help=f"LSTM layers (default {MODEL_DEFAULTS['layers']})")
     model.add_argument("--embedding", type=positive_int,
                        help=f"character embedding size (default {MODEL_DEFAULTS['embedding']})")
-    model.add_argument("--dropout", type=float, help=f"dropout rate (default {MODEL_DEFAULTS['dropout']})")
+    model.add_argument("--dropout", type=finite_float, help=f"dropout rate (default {MODEL_DEFAULTS['dropout']})")
     opt = t.add_argument_group("training")
     opt.add_argument("--batch-size", type=positive_int, help=f"parallel streams (default {d['batch_size']})")
     opt.add_argument("--bptt", type=positive_int,
@@ -120,14 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--base-batch-size", type=positive_int, metavar="N",
                     help=f"the batch size the base setting is for (default {d['base_batch_size']})")
     warm = lr.add_mutually_exclusive_group()
-    warm.add_argument("--base-warmup-epochs", type=float, metavar="EPOCHS",
+    warm.add_argument("--base-warmup-epochs", type=finite_float, metavar="EPOCHS",
                       help="warmup at the base batch size, in epochs")
     warm.add_argument("--warmup-steps", type=int, metavar="N",
                       help=f"warmup at the base batch size, in updates (default {d['warmup_steps']}; "
                       "LEGW keeps this many updates at any batch size)")
     lr.add_argument("--decay", choices=DECAYS,
                     help=f"decay from the peak to the end of the plan; poly is quadratic (default {d['decay']})")
-    opt.add_argument("--weight-decay", type=float, help=f"AdamW weight decay (default {d['weight_decay']})")
+    opt.add_argument("--weight-decay", type=finite_float, help=f"AdamW weight decay (default {d['weight_decay']})")
     opt.add_argument("--clip", type=positive_float, help=f"gradient-norm clipping (default {d['clip']})")
     plan = opt.add_mutually_exclusive_group()
     plan.add_argument("--epochs", type=positive_float,
@@ -141,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--sample-chars", type=int, help=f"length of the sample printed at each validation "
                      f"(default {d['sample_chars']}; 0 for none)")
     opt.add_argument("--device", help="auto (CUDA when present), cpu or cuda (default auto)")
-    opt.add_argument("--seed", type=int, help=f"random seed (default {d['seed']})")
+    opt.add_argument("--seed", type=seed, help=f"random seed (default {d['seed']})")
     opt.add_argument("--precision", choices=PRECISIONS,
                      help="autocast to bf16 or fp16 (with gradient scaling), or plain fp32; auto is bf16 "
                      "where it runs and is faster than fp32 (tried at start-up), else fp32 (default auto)")
@@ -154,11 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--length", type=int, default=500,
                    help="characters to generate per sample; in lines mode the most per item, which "
                    "otherwise ends where the model ends it (default %(default)s)")
-    s.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is wilder (default %(default)s)")
+    s.add_argument("--temperature", type=finite_float, default=0.8,
+                   help="0 is greedy; higher is wilder (default %(default)s)")
     s.add_argument("--top-k", type=int, default=0, help="sample only from the k likeliest (default 0: off)")
-    s.add_argument("--top-p", type=float, default=1.0,
+    s.add_argument("--top-p", type=finite_float, default=1.0,
                    help="sample only from the top-p probability mass (default 1: off)")
-    s.add_argument("--seed", type=int, help="random seed for a repeatable sample")
+    s.add_argument("--seed", type=seed, help="random seed for a repeatable sample")
     s.add_argument("--num-samples", type=int,
                    help="samples drawn in parallel (default 1; in lines mode 10, one item per line)")
     s.add_argument("--new-only", action="store_true",
@@ -309,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         return {"train": cmd_train, "sample": cmd_sample, "eval": cmd_eval, "export": cmd_export}[args.command](args)
     except ChargenError as e:
         print(f"chargen: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path the checks above did not foresee: name it, never a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"chargen: error: {where}{e.strerror or e}; check the path and its permissions", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("chargen: interrupted", file=sys.stderr)

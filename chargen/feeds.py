@@ -84,6 +84,12 @@ class StreamFeed:
     def steps_per_epoch_at(self, batch_size: int) -> int:
         return epoch_steps(self.n_train, batch_size, self.bptt)
 
+    def largest_batch(self) -> tuple[int, int]:
+        """(time, batch) of the longest chunk this process trains on: a variable BPTT
+        length reaches twice --bptt."""
+        longest = 2 * self.bptt if self.variable_bptt else self.bptt
+        return min(longest, self.streams.length - 1), self.streams.n_streams
+
     def describe(self) -> str:
         return f"{self.n_train:,} training / {self.val_targets + 1:,} validation chars"
 
@@ -121,6 +127,10 @@ class LinesFeed:
 
     def steps_per_epoch_at(self, batch_size: int) -> int:
         return epoch_length(len(self.items), batch_size, self.bucket_factor)
+
+    def largest_batch(self) -> tuple[int, int]:
+        """(time, batch) of the widest batch: the longest item (and its <eos>) sets the time."""
+        return int(self.items.lengths.max()), min(self.batch_size, len(self.items))
 
     def describe(self) -> str:
         chars = int(self.items.n_chars.sum())

@@ -3,6 +3,7 @@ growing text is never fed again."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -11,18 +12,27 @@ from .errors import ChargenError
 from .model import CharLSTM, LeanStep, State
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, CharTokenizer
 
+# Beyond these a request is a mistake, or a wait of hours: 10 M characters is about 20
+# minutes of one sample on a small CPU, and a batch's texts are held in memory.
+MAX_LENGTH = 10_000_000
+MAX_SAMPLES = 10_000
+MAX_BATCH_CHARS = 100_000_000
+
 
 def check_sampling(temperature: float, top_k: int, top_p: float, length: int, num_samples: int) -> None:
-    if temperature < 0:
-        raise ChargenError(f"--temperature must be 0 or more (0 means greedy), not {temperature}")
+    if not 0 <= temperature < math.inf:
+        raise ChargenError(f"--temperature must be 0 or more (0 means greedy) and finite, not {temperature}")
     if top_k < 0:
         raise ChargenError(f"--top-k must be 0 (off) or more, not {top_k}")
     if not 0.0 < top_p <= 1.0:
         raise ChargenError(f"--top-p must be in (0, 1], not {top_p}")
-    if length < 0:
-        raise ChargenError(f"--length must be 0 or more, not {length}")
-    if num_samples < 1:
-        raise ChargenError(f"--num-samples must be at least 1, not {num_samples}")
+    if not 0 <= length <= MAX_LENGTH:
+        raise ChargenError(f"--length must be 0 to {MAX_LENGTH:,}, not {length}")
+    if not 1 <= num_samples <= MAX_SAMPLES:
+        raise ChargenError(f"--num-samples must be 1 to {MAX_SAMPLES:,}, not {num_samples}")
+    if num_samples > 1 and length * num_samples > MAX_BATCH_CHARS:
+        raise ChargenError(f"{num_samples:,} samples of {length:,} characters would hold "
+                           f"{length * num_samples:,} characters; ask for at most {MAX_BATCH_CHARS:,} at once")
 
 
 def pick_next(
@@ -35,9 +45,11 @@ def pick_next(
     """Next ids (batch,) from logits (batch, vocab): greedy at temperature 0, otherwise
     a draw from the temperature-scaled distribution cut to the top k and top p."""
     logits = logits.float()
-    if temperature == 0:
+    if temperature < torch.finfo(logits.dtype).tiny:  # 0, or too small for float32 to tell from 0: greedy
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    # Shifted so the likeliest is 0 before scaling: no temperature, however small or large,
+    # overflows it to inf (and the softmax to NaN).
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     if 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -46,6 +58,7 @@ def pick_next(
         probs = sorted_logits.softmax(dim=-1)
         # Drop a token once the ones before it already cover top_p; the top one stays.
         drop = probs.cumsum(dim=-1) - probs >= top_p
+        drop[:, 0] = False  # (a top_p below float32's smallest number compares as 0)
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = logits.softmax(dim=-1)

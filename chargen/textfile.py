@@ -32,14 +32,17 @@ MEMMAP_MIN_BYTES = 1 << 28
 def check_file(path: str | os.PathLike) -> Path:
     """The path of a readable, non-empty file, or a clear error."""
     path = Path(path)
-    if not path.exists():
-        raise ChargenError(f"{path}: no such file; check the path")
-    if path.is_dir():
-        raise ChargenError(f"{path} is a directory; give a text file")
-    if not os.access(path, os.R_OK):
-        raise ChargenError(f"{path}: cannot read (permission denied); check its permissions")
-    if path.stat().st_size == 0:
-        raise ChargenError(f"{path} is empty; give a file with text in it")
+    try:
+        if not path.exists():
+            raise ChargenError(f"{path}: no such file; check the path")
+        if path.is_dir():
+            raise ChargenError(f"{path} is a directory; give a text file")
+        if not os.access(path, os.R_OK):
+            raise ChargenError(f"{path}: cannot read (permission denied); check its permissions")
+        if path.stat().st_size == 0:
+            raise ChargenError(f"{path} is empty; give a file with text in it")
+    except OSError as e:  # a name too long, a loop of links...
+        raise ChargenError(f"{path}: {e.strerror or e}; check the path") from None
     return path
 
 
@@ -52,9 +55,12 @@ def iter_text(
         raise ChargenError(f"--errors must be one of {', '.join(ERROR_POLICIES)}, not {errors!r}")
     path = check_file(path)
     try:
-        decoder = codecs.getincrementaldecoder(encoding)(errors)
+        codec = codecs.lookup(encoding)
     except LookupError:
         raise ChargenError(f"unknown encoding {encoding!r}; try utf-8 or latin-1") from None
+    if not codec._is_text_encoding:  # base64, hex, rot13...: codecs, but not for text
+        raise ChargenError(f"{encoding!r} is not a text encoding; try utf-8 or latin-1")
+    decoder = codec.incrementaldecoder(errors)
     offset = newlines = 0  # bytes read before the current chunk, and the line breaks in them
     at_start = True
     try:
@@ -69,6 +75,9 @@ def iter_text(
                     # this chunk: place the bad byte in the file from there.
                     raise decode_error(path, encoding, e, offset - len(buffered),
                                        newlines - buffered.count(b"\n")) from None
+                except UnicodeError as e:  # e.g. UTF-16 without a byte-order mark
+                    raise ChargenError(f"{path} cannot be read as {encoding} ({e}); pass --encoding with the "
+                                       "file's real encoding") from None
                 if at_start and piece:
                     at_start = False
                     piece = piece.removeprefix("\ufeff")  # a byte-order mark is not part of the text

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from . import __version__, checkpoint
+from . import __version__, checkpoint, memory
 from .corpus import Corpus
 from .device import resolve_device, resolve_precision
 from .distributed import SINGLE, Ranks
@@ -34,6 +34,9 @@ from .schedule import BatchScaling, WarmupDecay, format_schedule
 
 DEFAULT_EPOCHS = 10
 LINE_SAMPLES = 8  # items printed at each validation in lines mode
+MAX_SAMPLE_CHARS = 100_000  # the sample printed at each validation: past this, a long wait for a glimpse
+MAX_EPOCHS = 1e9  # a bound that keeps every step count an exact integer
+MAX_SEED = 2**32 - 1  # what every generator (numpy's, torch's, a rank's offset) takes as it is
 LN2 = math.log(2)
 
 
@@ -70,16 +73,25 @@ class TrainConfig:
                 raise ChargenError(f"--{name.replace('_', '-')} must be positive, not {getattr(self, name)}")
         for name in ("epochs", "steps", "max_time", "clip"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ChargenError(f"--{name.replace('_', '-')} must be positive, not {value}")
+            if value is not None and not 0 < value < math.inf:
+                raise ChargenError(f"--{name.replace('_', '-')} must be positive and finite, not {value}")
+        for name in ("epochs", "base_warmup_epochs"):
+            if (getattr(self, name) or 0) > MAX_EPOCHS:
+                raise ChargenError(f"--{name.replace('_', '-')} must be at most {MAX_EPOCHS:g}, "
+                                   f"not {getattr(self, name)}")
+        # Past these AdamW diverges at the first step, or decay flips the weights' sign.
+        if not 0 < self.base_lr < 1:
+            raise ChargenError(f"--base-lr must be between 0 and 1 (the default is 3e-3), not {self.base_lr}")
         if self.epochs is not None and self.steps is not None:
             raise ChargenError("give --epochs or --steps, not both")
         if self.nonfinite_retries < 0:
             raise ChargenError(f"nonfinite_retries must be 0 or more, not {self.nonfinite_retries}")
-        if self.weight_decay < 0:
-            raise ChargenError(f"--weight-decay must be 0 or more, not {self.weight_decay}")
-        if self.sample_chars < 0:
-            raise ChargenError(f"--sample-chars must be 0 or more, not {self.sample_chars}")
+        if not 0 <= self.weight_decay <= 1:
+            raise ChargenError(f"--weight-decay must be 0 to 1 (the default is 0.01), not {self.weight_decay}")
+        if not 0 <= self.sample_chars <= MAX_SAMPLE_CHARS:
+            raise ChargenError(f"--sample-chars must be 0 to {MAX_SAMPLE_CHARS:,}, not {self.sample_chars}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ChargenError(f"--seed must be 0 to {MAX_SEED:,}, not {self.seed}")
         if self.warmup_steps < 0:
             raise ChargenError(f"--warmup-steps must be 0 or more, not {self.warmup_steps}")
         self.scaling(1)  # validates the reference and the scheme
@@ -356,6 +368,9 @@ def train(
     feed = make_feed(corpus, config, device, ranks)
     steps_per_epoch = feed.steps_per_epoch
 
+    # Refuse a model the machine cannot hold before building it, with the figures.
+    need = memory.estimate(model_config, *feed.largest_batch())
+    memory.check_fits(need, device, memory.available_bytes(device))
     torch.manual_seed(config.seed)
     model = CharLSTM(model_config).to(device)
     # DDP averages the ranks' gradients: one step over the global batch. (The same seed
@@ -371,6 +386,8 @@ def train(
     if resume:
         if ranks.main and (stale := checkpoint.remove_stale_temps(run_dir)):
             log(f"removed {stale} partial file{'s' * (stale > 1)} left by a process stopped mid-write")
+        if ranks.main:
+            checkpoint.check_room(run_dir, 4 * need.parameters * checkpoint.RESUME_COPIES)
         progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler, my_streams)
         if progress.requested_steps != requested:  # a new plan was asked for
             progress.requested_steps = progress.total_steps = requested
@@ -378,7 +395,7 @@ def train(
         error = None
         if ranks.main:
             try:
-                checkpoint.prepare_new_run(run_dir, force)
+                checkpoint.prepare_new_run(run_dir, force, 4 * need.parameters * checkpoint.NEW_RUN_COPIES)
                 checkpoint.write_tokenizer(run_dir, tokenizer)
                 if corpus.mode == "lines":
                     checkpoint.write_items(run_dir, corpus.train_items.strings(tokenizer))

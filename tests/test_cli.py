@@ -226,5 +226,10 @@ def test_export_writes_a_servable_model_folder(tmp_path, capsys, trained_run):
     assert main(["export", str(trained_run), str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
     assert main(["export", str(trained_run), str(out), "--force", "--weights", "latest"]) == 0
-    assert main(["export", str(trained_run), str(trained_run), "--force"]) == 2
-    assert "new folder" in capsys.readouterr().err
+    for inside in (trained_run, trained_run / "trainer", trained_run / "sub"):
+        assert main(["export", str(trained_run), str(inside), "--force"]) == 2
+        assert "a folder of its own" in capsys.readouterr().err
+    other_run = tmp_path / "other"
+    shutil.copytree(trained_run, other_run)
+    assert main(["export", str(trained_run), str(other_run), "--force"]) == 2  # --force replaces no training run
+    assert "holds a training run" in capsys.readouterr().err and (other_run / checkpoint.TRAINER).is_file()
