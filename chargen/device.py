@@ -121,7 +121,7 @@ def resolve_precision(name: str, device: torch.device) -> tuple[torch.dtype | No
     # auto
     problem = autocast_problem(device, torch.bfloat16)
     if problem:
-        return None, f"fp32: bf16 autocast does not run on {where} ({problem})"
+        return None, f"fp32: bf16 autocast does not run on {where}: {problem}"
     if device.type == "cuda":
         if not bf16_is_native(device):
             return None, f"fp32: {where} has no native bf16"

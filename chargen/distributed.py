@@ -13,6 +13,7 @@ decision that changes the plan (stop, refit to --max-time) from the same agreed 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -74,17 +75,21 @@ class Ranks:
         dist.all_gather(parts, tensor.contiguous())
         return torch.cat(parts, dim=1)
 
-    def agree(self, error: str | None) -> None:
-        """Raise ``error`` (rank 0's check of the run folder) on every rank, so that no rank
-        goes on to wait for one that stopped."""
-        if not self.active:
-            if error:
-                raise ChargenError(error)
-            return
-        message = [error]
-        dist.broadcast_object_list(message, src=0)
-        if message[0]:
-            raise ChargenError(message[0])
+    def check_on_main(self, check: Callable[[], object]) -> None:
+        """Run ``check`` (a refusal is a ChargenError) on rank 0 alone, and raise its error on
+        every rank, so that no rank goes on to wait for one that stopped."""
+        error = None
+        if self.main:
+            try:
+                check()
+            except ChargenError as e:
+                error = str(e)
+        if self.active:
+            message = [error]
+            dist.broadcast_object_list(message, src=0)
+            error = message[0]
+        if error:
+            raise ChargenError(error)
 
 
 SINGLE = Ranks()

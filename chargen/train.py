@@ -345,6 +345,9 @@ def train(
     log = log or (lambda message: None)
     device = resolve_device(config.device)
     autocast_dtype, precision_note = resolve_precision(config.precision, device)
+    if ranks.active:  # one precision for all: rank 0's (auto times bf16 on each rank)
+        dtypes = [None, torch.bfloat16, torch.float16]
+        autocast_dtype = dtypes[ranks.from_main(dtypes.index(autocast_dtype), device)]
     if device.type == "cuda":  # TF32 tensor cores for the fp32 matrix products
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
@@ -370,7 +373,7 @@ def train(
 
     # Refuse a model the machine cannot hold before building it, with the figures.
     need = memory.estimate(model_config, *feed.largest_batch())
-    memory.check_fits(need, device, memory.available_bytes(device))
+    ranks.check_on_main(lambda: memory.check_fits(need, device, memory.available_bytes(device)))
     torch.manual_seed(config.seed)
     model = CharLSTM(model_config).to(device)
     # DDP averages the ranks' gradients: one step over the global batch. (The same seed
@@ -386,22 +389,18 @@ def train(
     if resume:
         if ranks.main and (stale := checkpoint.remove_stale_temps(run_dir)):
             log(f"removed {stale} partial file{'s' * (stale > 1)} left by a process stopped mid-write")
-        if ranks.main:
-            checkpoint.check_room(run_dir, 4 * need.parameters * checkpoint.RESUME_COPIES)
+        ranks.check_on_main(lambda: checkpoint.check_room(run_dir, 4 * need.parameters * checkpoint.RESUME_COPIES))
         progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler, my_streams)
         if progress.requested_steps != requested:  # a new plan was asked for
             progress.requested_steps = progress.total_steps = requested
     else:
-        error = None
-        if ranks.main:
-            try:
-                checkpoint.prepare_new_run(run_dir, force, 4 * need.parameters * checkpoint.NEW_RUN_COPIES)
-                checkpoint.write_tokenizer(run_dir, tokenizer)
-                if corpus.mode == "lines":
-                    checkpoint.write_items(run_dir, corpus.train_items.strings(tokenizer))
-            except ChargenError as e:
-                error = str(e)
-        ranks.agree(error)
+        def start_folder() -> None:
+            checkpoint.prepare_new_run(run_dir, force, 4 * need.parameters * checkpoint.NEW_RUN_COPIES)
+            checkpoint.write_tokenizer(run_dir, tokenizer)
+            if corpus.mode == "lines":
+                checkpoint.write_items(run_dir, corpus.train_items.strings(tokenizer))
+
+        ranks.check_on_main(start_folder)
         progress = Progress(total_steps=requested, requested_steps=requested)
     if ranks.active:  # different dropout on every rank, as over one batch
         torch.manual_seed(config.seed + 7919 * ranks.rank + progress.step)

@@ -41,7 +41,7 @@ def test_explicit_bf16_follows_the_probe():
 def test_auto_is_fp32_where_bf16_fails(monkeypatch):
     monkeypatch.setattr(device_module, "autocast_problem", lambda device, dtype: "no bf16 LSTM kernel")
     dtype, note = resolve_precision("auto", CPU)
-    assert dtype is None and note == "fp32: bf16 autocast does not run on this CPU (no bf16 LSTM kernel)"
+    assert dtype is None and note == "fp32: bf16 autocast does not run on this CPU: no bf16 LSTM kernel"
     with pytest.raises(ChargenError, match=r"bf16 does not run on this CPU \(no bf16 LSTM kernel\); use"):
         resolve_precision("bf16", CPU)
 
