@@ -47,8 +47,9 @@ def pick_next(
     logits = logits.float()
     if temperature < torch.finfo(logits.dtype).tiny:  # 0, or too small for float32 to tell from 0: greedy
         return logits.argmax(dim=-1)
-    # Shifted so the likeliest is 0 before scaling: no temperature, however small or large,
-    # overflows it to inf (and the softmax to NaN).
+    # Shifted so the likeliest is 0, and the temperature kept within float32: no temperature,
+    # however small or large, makes an inf or a 0 x inf (and so a NaN softmax).
+    temperature = min(temperature, torch.finfo(logits.dtype).max)
     logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     if 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]

@@ -164,3 +164,15 @@ def test_lean_path_for_few_samples_only(model):
     many = Sampler(model.model, model.tokenizer, "the ", num_samples=LEAN_MAX_SAMPLES + 1)
     assert few._step is not None and many._step is None
     assert len(model.generate_batch("the ", 20, num_samples=LEAN_MAX_SAMPLES + 1, seed=2)) == LEAN_MAX_SAMPLES + 1
+
+
+@pytest.mark.parametrize("temperature", [1e-320, 1e-45, 1e-30, 1e30, 1e39, 1e308])
+@pytest.mark.parametrize("top_p", [1.0, 1e-320, 1e-9])
+def test_any_finite_temperature_and_top_p_draws(temperature, top_p):
+    """Temperatures and top-p values beyond float32's range (tiny ones act as greedy, huge ones
+    as uniform) never make a NaN distribution, and never draw a banned (-inf) id."""
+    logits = torch.tensor([[2.0, -1.0, float("-inf"), 0.5], [float("-inf"), 3.0, 1.0, -2.0]])
+    ids = pick_next(logits, temperature, 0, top_p, torch.Generator().manual_seed(0))
+    assert ids.shape == (2,) and ids[0] != 2 and ids[1] != 0
+    if temperature < 1e-30 or top_p < 1e-6:
+        assert ids.tolist() == [0, 1]  # greedy
