@@ -30,10 +30,10 @@ import gradio as gr
 
 import chargen
 from chargen import ChargenError, ModelConfig, TrainConfig, checkpoint
+from chargen.evaluate import LN2
 from chargen.sample import Sampler
 
 ROOT = Path(__file__).resolve().parent
-LN2 = math.log(2)
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,6 @@ from chargen.corpus import epoch_steps
 from chargen.model import ModelConfig
 from chargen.train import TrainConfig, train
 
-LN2 = math.log(2)
-
 
 def run_name(batch: int, scheme: str, base_batch: int) -> str:
     return f"B{batch}-base" if batch == base_batch else f"B{batch}-{scheme}"

@@ -10,15 +10,15 @@ import numpy as np
 import torch
 
 from . import checkpoint
+from .corpus import eval_streams
 from .device import resolve_device
 from .errors import ChargenError
-from .feeds import eval_streams, evaluate_streams
-from .lines import evaluate_items, file_items, item_tokenizer
+from .evaluate import bpc, evaluate_items, evaluate_streams
+from .lines import file_items, item_tokenizer
 from .model import CharLSTM, LeanStep, ModelConfig
 from .sample import LEAN_MAX_SAMPLES, Sampler, collect
 from .textfile import encode_file, scan_text, tokenizer_for
 from .tokenizer import CharTokenizer, recode, unknown_chars_error
-from .train import LN2
 
 
 class TrainedModel:
@@ -109,11 +109,11 @@ class TrainedModel:
         recode(ids, text_tokenizer.recode_table(self.tokenizer))
         if items is not None:
             loss = evaluate_items(self.model, items)
-            return {"loss": loss, "bpc": loss / LN2, "chars": int(items.lengths.sum()), "items": len(items)}
+            return {"loss": loss, "bpc": bpc(loss), "chars": int(items.lengths.sum()), "items": len(items)}
         if len(ids) < 2:
             raise ChargenError("the evaluation text needs at least 2 characters")
         loss = evaluate_streams(self.model, eval_streams(ids, self.device))
-        return {"loss": loss, "bpc": loss / LN2, "chars": len(ids)}
+        return {"loss": loss, "bpc": bpc(loss), "chars": len(ids)}
 
 
 def load(run_dir: str | os.PathLike, device: str = "auto", weights: str = "best") -> TrainedModel:

@@ -178,3 +178,9 @@ class Streams:
     def finished(self, position: int) -> bool:
         """True once every target in the streams has been used."""
         return position >= self.length - 1
+
+
+def eval_streams(ids: np.ndarray, device: torch.device | str = "cpu") -> Streams:
+    """Validation text as few, long streams: each starts from a zero state, which costs a
+    little loss at its start, so keep them thousands of characters long."""
+    return Streams(batchify(ids, max(1, min(32, len(ids) // 4096)), device))

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .corpus import Streams, batchify, chunk_length, epoch_steps, min_train_chars
+from .corpus import Streams, batchify, chunk_length, epoch_steps, eval_streams, min_train_chars
 from .distributed import SINGLE, Ranks
 from .errors import ChargenError
-from .lines import LineItems, epoch_batches, epoch_length, evaluate_items, padded_share
-from .model import CharLSTM
+from .evaluate import evaluate_items, evaluate_streams
+from .lines import LineItems, epoch_batches, epoch_length, padded_share
 
 
 @dataclass
@@ -30,31 +30,6 @@ class Batch:
     lr_scale: float  # a shorter chunk than bptt gets a proportionally smaller step
     new_epoch: bool  # the batch starts an epoch: no state carries into it
     loss_weight: float = 1.0  # the batch's mean loss is scaled by this for the gradient
-
-
-def eval_streams(ids: np.ndarray, device: torch.device) -> Streams:
-    """Validation text as few, long streams: each starts from a zero state, which costs a
-    little loss at its start, so keep them thousands of characters long."""
-    return Streams(batchify(ids, max(1, min(32, len(ids) // 4096)), device))
-
-
-@torch.inference_mode()
-def evaluate_streams(model: CharLSTM, streams: Streams, bptt: int = 256, ranks: Ranks = SINGLE) -> float:
-    """Mean loss (nats per character) over every target in ``streams``, state carried;
-    distributed, each rank holds some of the streams and the sums are added up."""
-    was_training = model.training
-    model.eval()
-    sums = torch.zeros(2, dtype=torch.float64, device=streams.data.device)  # loss, targets
-    position, state = 0, None
-    while streams.n_streams and not streams.finished(position):
-        x, y = streams.chunk(position, bptt)
-        logits, state = model(x, state)
-        sums[0] += torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
-        sums[1] += y.numel()
-        position += x.shape[0]
-    model.train(was_training)
-    total, count = ranks.sum(sums).tolist()
-    return total / count
 
 
 class StreamFeed:
@@ -108,7 +83,7 @@ class StreamFeed:
     def epoch_fraction(self, position: int) -> float:
         return position / max(1, self.streams.length - 1)
 
-    def evaluate(self, model: CharLSTM) -> float:
+    def evaluate(self, model: torch.nn.Module) -> float:
         return evaluate_streams(model, self.val_streams, ranks=self.ranks)
 
 
@@ -163,6 +138,6 @@ class LinesFeed:
     def epoch_fraction(self, position: int) -> float:
         return position / self.steps_per_epoch
 
-    def evaluate(self, model: CharLSTM) -> float:
+    def evaluate(self, model: torch.nn.Module) -> float:
         return evaluate_items(model, self.val_items)
 

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .errors import ChargenError
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, CharTokenizer, recode
@@ -228,26 +227,3 @@ def epoch_length(n_items: int, batch_size: int, bucket_factor: int) -> int:
     size = batch_size * bucket_factor
     full, rest = divmod(n_items, size)
     return full * bucket_factor + -(-rest // batch_size)
-
-
-@torch.inference_mode()
-def evaluate_items(model: torch.nn.Module, items: LineItems, max_positions: int = 65536) -> float:
-    """Mean loss (nats) per real target (each character and each item's ``<eos>``), the
-    items batched by length so little is padded."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    order = np.argsort(items.lengths, kind="stable")
-    total, count, start = 0.0, 0, 0
-    while start < len(order):
-        # As many items as fit in max_positions at the length of the longest (the last).
-        end = start + 1
-        while end < len(order) and items.lengths[order[end]] * (end + 1 - start) <= max_positions:
-            end += 1
-        x, y = items.batch(order[start:end], device)
-        logits, _ = model(x)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE, reduction="sum").item()
-        count += int((y != IGNORE).sum())
-        start = end
-    model.train(was_training)
-    return total / count

@@ -26,6 +26,7 @@ from .corpus import Corpus
 from .device import resolve_device, resolve_precision
 from .distributed import SINGLE, Ranks
 from .errors import ChargenError
+from .evaluate import LN2
 from .feeds import LinesFeed, StreamFeed
 from .lines import IGNORE
 from .model import CharLSTM, ModelConfig, State, detach_state
@@ -37,7 +38,6 @@ LINE_SAMPLES = 8  # items printed at each validation in lines mode
 MAX_SAMPLE_CHARS = 100_000  # the sample printed at each validation: past this, a long wait for a glimpse
 MAX_EPOCHS = 1e9  # a bound that keeps every step count an exact integer
 MAX_SEED = 2**32 - 1  # what every generator (numpy's, torch's, a rank's offset) takes as it is
-LN2 = math.log(2)
 
 
 @dataclass

@@ -1,0 +1,73 @@
+"""Scoring a model on held-out text: mean loss in nats per character, and bits per character.
+
+Two evaluators, one per way of reading a corpus:
+
+- ``evaluate_streams``: a long text as a few long streams, the LSTM state carried through
+  each from a zero start, as in training;
+- ``evaluate_items``: independent items (lines mode), each from ``<bos>`` and a zero state,
+  batched by length so little is padded; each item's characters and its ``<eos>`` count.
+
+Both take any module with CharLSTM's call signature (``model(x, state) -> logits, state``),
+so the data layer below never needs to know the model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .corpus import Streams
+from .distributed import SINGLE, Ranks
+from .lines import IGNORE, LineItems
+
+LN2 = math.log(2)
+
+
+def bpc(loss: float) -> float:
+    """Bits per character from a loss in nats per character."""
+    return loss / LN2
+
+
+@torch.inference_mode()
+def evaluate_streams(model: torch.nn.Module, streams: Streams, bptt: int = 256, ranks: Ranks = SINGLE) -> float:
+    """Mean loss (nats per character) over every target in ``streams``, state carried;
+    distributed, each rank holds some of the streams and the sums are added up."""
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(2, dtype=torch.float64, device=streams.data.device)  # loss, targets
+    position, state = 0, None
+    while streams.n_streams and not streams.finished(position):
+        x, y = streams.chunk(position, bptt)
+        logits, state = model(x, state)
+        sums[0] += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
+        sums[1] += y.numel()
+        position += x.shape[0]
+    model.train(was_training)
+    total, count = ranks.sum(sums).tolist()
+    return total / count
+
+
+@torch.inference_mode()
+def evaluate_items(model: torch.nn.Module, items: LineItems, max_positions: int = 65536) -> float:
+    """Mean loss (nats) per real target (each character and each item's ``<eos>``), the
+    items batched by length so little is padded."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    order = np.argsort(items.lengths, kind="stable")
+    total, count, start = 0.0, 0, 0
+    while start < len(order):
+        # As many items as fit in max_positions at the length of the longest (the last).
+        end = start + 1
+        while end < len(order) and items.lengths[order[end]] * (end + 1 - start) <= max_positions:
+            end += 1
+        x, y = items.batch(order[start:end], device)
+        logits, _ = model(x)
+        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE, reduction="sum").item()
+        count += int((y != IGNORE).sum())
+        start = end
+    model.train(was_training)
+    return total / count

@@ -1,0 +1,37 @@
+"""The layers' imports, as the design has them: the data layer knows no model, evaluation is
+one module, and the public API does not reach into the trainer."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "chargen"
+
+
+def imported(module: str) -> set[str]:
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names.add(node.module or "")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chargen."):
+            names.add(node.module.removeprefix("chargen."))
+    return names
+
+
+@pytest.mark.parametrize("module", ["textfile", "lines", "corpus", "feeds"])
+def test_the_data_layer_imports_no_model(module):
+    assert "model" not in imported(module)
+
+
+def test_the_api_imports_nothing_from_the_trainer():
+    assert "train" not in imported("api")
+
+
+def test_evaluation_is_one_module():
+    for module in PACKAGE.glob("*.py"):
+        source = module.read_text(encoding="utf-8")
+        if module.stem != "evaluate":
+            assert "def evaluate_streams" not in source and "def evaluate_items" not in source, module.name
+            assert "math.log(2)" not in source, module.name
