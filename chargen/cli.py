@@ -81,7 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"chargen {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    d = TRAIN_DEFAULTS
+    add_train(commands)
+    add_sample(commands)
+    add_eval(commands)
+    add_export(commands)
+    return parser
+
+
+def add_train(commands: argparse._SubParsersAction) -> None:
     t = commands.add_parser(
         "train",
         help="train a model on a text file",
@@ -114,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--embedding", type=positive_int,
                        help=f"character embedding size (default {MODEL_DEFAULTS['embedding']})")
     model.add_argument("--dropout", type=finite_float, help=f"dropout rate (default {MODEL_DEFAULTS['dropout']})")
+    add_training_options(t)
+    t.add_argument("--quiet", action="store_true", help="no progress bar or samples")
+
+
+def add_training_options(t: argparse.ArgumentParser) -> None:
+    """The training group: batches, learning rate, plan, validation, device."""
+    d = TRAIN_DEFAULTS
     opt = t.add_argument_group("training")
     opt.add_argument("--batch-size", type=positive_int, help=f"parallel streams (default {d['batch_size']})")
     opt.add_argument("--bptt", type=positive_int,
@@ -163,8 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--precision", choices=PRECISIONS,
                      help="autocast to bf16 or fp16 (with gradient scaling), or plain fp32; auto is bf16 "
                      "where it runs and is faster than fp32 (tried at start-up), else fp32 (default auto)")
-    t.add_argument("--quiet", action="store_true", help="no progress bar or samples")
 
+
+def add_sample(commands: argparse._SubParsersAction) -> None:
     s = commands.add_parser("sample", help="print text sampled from a trained model")
     s.add_argument("run_dir", metavar="RUN_DIR")
     s.add_argument("--prime", default="",
@@ -186,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="best by validation (default) or the latest checkpoint")
     s.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
 
+
+def add_eval(commands: argparse._SubParsersAction) -> None:
     e = commands.add_parser("eval", help="print a model's loss and bits per character on a text")
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("text_file", metavar="TEXT_FILE")
@@ -196,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="best by validation (default) or the latest checkpoint")
     e.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
 
+
+def add_export(commands: argparse._SubParsersAction) -> None:
     x = commands.add_parser(
         "export", help="copy a run's weights, config and tokenizer into a folder to serve or share",
         description="Write a model folder from RUN_DIR: config.json, tokenizer.json and one weights file "
@@ -206,7 +225,6 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--weights", choices=("best", "latest"), default="best",
                    help="best by validation (default) or the latest checkpoint")
     x.add_argument("--force", action="store_true", help="replace what MODEL_DIR holds")
-    return parser
 
 
 def given(args: argparse.Namespace, names: tuple[str, ...] | list[str]) -> dict:

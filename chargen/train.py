@@ -27,7 +27,7 @@ from .device import resolve_device, resolve_precision
 from .distributed import SINGLE, Ranks
 from .errors import ChargenError
 from .evaluate import LN2
-from .feeds import LinesFeed, StreamFeed
+from .feeds import Batch, LinesFeed, StreamFeed
 from .lines import IGNORE
 from .model import CharLSTM, ModelConfig, State, detach_state
 from .sample import collect, sample_text
@@ -332,294 +332,430 @@ def train(
     setting ``stop`` ends the run after the current step, with a checkpoint, like Ctrl-C.
     Under torchrun, ``ranks`` (``chargen.distributed.from_environment``) says which process
     this is: ``config.batch_size`` is the global batch, and only rank 0 writes or logs."""
-    run_dir = Path(run_dir)
-    config = config or TrainConfig()
-    if ranks.active:
-        if corpus.mode == "lines":
-            raise ChargenError("lines mode does not train under torchrun yet; train it in one process")
-        if config.batch_size % ranks.world:
-            raise ChargenError(f"--batch-size {config.batch_size} (the global batch) does not divide among "
-                               f"{ranks.world} processes; use a multiple of {ranks.world}")
-    if not ranks.main:  # one voice: rank 0 logs, shows progress and reports events
-        log, progress_bar, on_event = None, False, None
-    log = log or (lambda message: None)
-    device = resolve_device(config.device)
-    autocast_dtype, precision_note = resolve_precision(config.precision, device)
-    if ranks.active:  # one precision for all: rank 0's (auto times bf16 on each rank)
-        dtypes = [None, torch.bfloat16, torch.float16]
-        autocast_dtype = dtypes[ranks.from_main(dtypes.index(autocast_dtype), device)]
-    if device.type == "cuda":  # TF32 tensor cores for the fp32 matrix products
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    trainer = Trainer(corpus, Path(run_dir), model_config, config or TrainConfig(), resume=resume, force=force,
+                      log=log, progress_bar=progress_bar, on_event=on_event, ranks=ranks)
+    return trainer.fit(stop)
 
-    if resume:
-        saved = checkpoint.read_config(run_dir)
-        model_config = check_resume(saved, corpus, model_config, config)
-        tokenizer = checkpoint.read_tokenizer(run_dir)
-        if tokenizer.chars != corpus.tokenizer.chars:  # (the corpus's ids are in its own vocabulary)
-            raise ChargenError(f"{run_dir}/{checkpoint.TOKENIZER} does not match the text's characters; "
-                               "resume with the run's own folder and text, or start a new run (--force)")
-        default_prime = saved.get("default_prime", "")
-    else:
-        tokenizer = corpus.tokenizer
-        model_config = replace(model_config or ModelConfig(), vocab_size=tokenizer.vocab_size)
-        # A stream starts best after a line break; an item starts from <bos> (no prime).
-        if corpus.mode == "lines":
-            default_prime = ""
+
+class TimeBudget:
+    """``--max-time`` for this invocation, and the clock of training time (validation is
+    not training time). The plan, so the schedule, is refitted to what the measured time
+    per step and per validation leave: the schedule then finishes its decay by the deadline
+    instead of being cut off at its peak."""
+
+    FIRST_FIT = 25  # steps timed before the first fit
+
+    def __init__(self, max_time: float | None, progress: Progress) -> None:
+        self.max_time = max_time
+        self.start = self.last_tick = time.perf_counter()
+        self.start_step, self.seconds_at_start = progress.step, progress.train_seconds
+        self.eval_seconds: float | None = None  # measured once a validation has run
+
+    def tick(self, progress: Progress) -> float:
+        """A step ended: count its time as training; returns the time now."""
+        now = time.perf_counter()
+        progress.train_seconds += now - self.last_tick
+        self.last_tick = now
+        return now
+
+    def resume_ticking(self) -> float:
+        self.last_tick = time.perf_counter()
+        return self.last_tick
+
+    def out_of_time(self) -> bool:
+        return self.max_time is not None and time.perf_counter() - self.start >= self.max_time
+
+    def fitted_plan(self, progress: Progress, eval_seconds: float, eval_every: int) -> tuple[int, float]:
+        """The plan that fits what is left (never above the one asked for), and the
+        measured seconds per step."""
+        step_seconds = (progress.train_seconds - self.seconds_at_start) / (progress.step - self.start_step)
+        seconds_left = self.max_time - (time.perf_counter() - self.start)
+        total = fit_to_time(progress.requested_steps, progress.step, seconds_left, step_seconds, eval_seconds,
+                            eval_every)
+        return total, step_seconds
+
+
+class StopPolicy:
+    """When the loop ends before its plan: Ctrl-C or SIGTERM, the app's stop event, or
+    --max-time. Distributed, the ranks agree at log steps only (an agreement is a sync)."""
+
+    def __init__(self, signals: StopSignals, budget: TimeBudget, ranks: Ranks, device: torch.device) -> None:
+        self.signals, self.budget, self.ranks, self.device = signals, budget, ranks, device
+        (self.asked,) = ranks.any((signals.requested,), device)
+        self.out_of_time = False
+
+    def should_stop(self, at_log_step: bool) -> bool:
+        out_of_time = self.budget.out_of_time()
+        if self.ranks.active and not at_log_step:
+            return False
+        self.out_of_time, self.asked = self.ranks.any((out_of_time, self.signals.requested), self.device)
+        return self.out_of_time
+
+    @property
+    def reason(self) -> str:
+        return "interrupted" if self.asked else "time" if self.out_of_time else "done"
+
+
+class LogWindow:
+    """The losses and characters since the last log line, summed on the device (so the
+    loop reads from it only at log steps)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps = self.chars = 0
+        self.start = time.perf_counter()
+
+    def add(self, loss: torch.Tensor, chars: int) -> None:
+        self.loss_sum += loss.detach()
+        self.steps += 1
+        self.chars += chars
+
+    def clear(self, now: float | None = None) -> None:
+        self.loss_sum.zero_()
+        self.steps = self.chars = 0
+        if now is not None:
+            self.start = now
+
+
+class Trainer:
+    """One training run: set up, or resumed from its checkpoint, by the constructor; trained
+    by ``fit``. The pieces of a step are methods, in the order ``fit`` calls them."""
+
+    def __init__(self, corpus: Corpus, run_dir: Path, model_config: ModelConfig | None, config: TrainConfig, *,
+                 resume: bool, force: bool, log: Callable[[str], None] | None, progress_bar: bool,
+                 on_event: Callable[[dict], None] | None, ranks: Ranks) -> None:
+        check_distributed(corpus, config, ranks)
+        if not ranks.main:  # one voice: rank 0 logs, shows progress and reports events
+            log, progress_bar, on_event = None, False, None
+        self.corpus, self.run_dir, self.config, self.ranks = corpus, run_dir, config, ranks
+        self.log, self.on_event, self.progress_bar = log or (lambda message: None), on_event, progress_bar
+        self.device = resolve_device(config.device)
+        self.autocast_dtype, precision_note = self._precision()
+        if resume:
+            saved = checkpoint.read_config(run_dir)
+            self.model_config = check_resume(saved, corpus, model_config, config)
+            self.tokenizer = checkpoint.read_tokenizer(run_dir)
+            if self.tokenizer.chars != corpus.tokenizer.chars:  # (the corpus's ids are in its own vocabulary)
+                raise ChargenError(f"{run_dir}/{checkpoint.TOKENIZER} does not match the text's characters; "
+                                   "resume with the run's own folder and text, or start a new run (--force)")
+            self.default_prime = saved.get("default_prime", "")
         else:
-            default_prime = "\n" if "\n" in tokenizer else tokenizer.decode(corpus.train_ids[:1])
+            self.tokenizer = corpus.tokenizer
+            self.model_config = replace(model_config or ModelConfig(), vocab_size=self.tokenizer.vocab_size)
+            self.default_prime = first_prime(corpus)
+        self.feed = make_feed(corpus, config, self.device, ranks)
+        # Refuse a model the machine cannot hold before building it, with the figures.
+        need = memory.estimate(self.model_config, *self.feed.largest_batch())
+        ranks.check_on_main(lambda: memory.check_fits(need, self.device, memory.available_bytes(self.device)))
+        self._build()
+        self.progress, self.carry = self._start_or_resume(resume, force, need.parameters)
+        self._plan_schedule()
+        self.metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
+        self.history: list[dict] = []
+        self.check_every_step = self.device.type == "cpu" and not ranks.active
+        self._log_start(resume, precision_note)
 
-    feed = make_feed(corpus, config, device, ranks)
-    steps_per_epoch = feed.steps_per_epoch
+    # --- set-up --------------------------------------------------------------------------
+    def _precision(self) -> tuple[torch.dtype | None, str]:
+        dtype, note = resolve_precision(self.config.precision, self.device)
+        if self.ranks.active:  # one precision for all: rank 0's (auto times bf16 on each rank)
+            dtypes = [None, torch.bfloat16, torch.float16]
+            dtype = dtypes[self.ranks.from_main(dtypes.index(dtype), self.device)]
+        if self.device.type == "cuda":  # TF32 tensor cores for the fp32 matrix products
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        return dtype, note
 
-    # Refuse a model the machine cannot hold before building it, with the figures.
-    need = memory.estimate(model_config, *feed.largest_batch())
-    ranks.check_on_main(lambda: memory.check_fits(need, device, memory.available_bytes(device)))
-    torch.manual_seed(config.seed)
-    model = CharLSTM(model_config).to(device)
-    # DDP averages the ranks' gradients: one step over the global batch. (The same seed
-    # gave every rank the same weights; DDP checks that by broadcasting rank 0's.)
-    net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if ranks.active else model
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.base_lr, betas=(0.9, 0.99))
-    # fp16 autocast needs its gradients scaled against underflow; bf16 and fp32 do not.
-    scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype is torch.float16)
-    rng = np.random.default_rng(config.seed)
-    requested = requested_steps(config, steps_per_epoch)
-    carry: State | None = None
-    my_streams = ranks.block(config.batch_size)  # a checkpoint holds all streams' state; this rank carries these
-    if resume:
-        if ranks.main and (stale := checkpoint.remove_stale_temps(run_dir)):
-            log(f"removed {stale} partial file{'s' * (stale > 1)} left by a process stopped mid-write")
-        ranks.check_on_main(lambda: checkpoint.check_room(run_dir, 4 * need.parameters * checkpoint.RESUME_COPIES))
-        progress, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler, my_streams)
-        if progress.requested_steps != requested:  # a new plan was asked for
-            progress.requested_steps = progress.total_steps = requested
-    else:
-        def start_folder() -> None:
-            checkpoint.prepare_new_run(run_dir, force, 4 * need.parameters * checkpoint.NEW_RUN_COPIES)
-            checkpoint.write_tokenizer(run_dir, tokenizer)
-            if corpus.mode == "lines":
-                checkpoint.write_items(run_dir, corpus.train_items.strings(tokenizer))
+    def _build(self) -> None:
+        """The model (and its DDP wrapper), AdamW, the gradient scaler and the data RNG."""
+        config = self.config
+        torch.manual_seed(config.seed)
+        self.model = CharLSTM(self.model_config).to(self.device)
+        # DDP averages the ranks' gradients: one step over the global batch. (The same seed
+        # gave every rank the same weights; DDP checks that by broadcasting rank 0's.)
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        self.net = DDP(self.model, device_ids=device_ids) if self.ranks.active else self.model
+        self.optimizer = torch.optim.AdamW(param_groups(self.model, config.weight_decay), lr=config.base_lr,
+                                           betas=(0.9, 0.99))
+        # fp16 autocast needs its gradients scaled against underflow; bf16 and fp32 do not.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast_dtype is torch.float16)
+        self.rng = np.random.default_rng(config.seed)
+        self.my_streams = self.ranks.block(config.batch_size)  # a checkpoint holds all streams' state
 
-        ranks.check_on_main(start_folder)
-        progress = Progress(total_steps=requested, requested_steps=requested)
-    if ranks.active:  # different dropout on every rank, as over one batch
-        torch.manual_seed(config.seed + 7919 * ranks.rank + progress.step)
-    scaling = config.scaling(feed.steps_per_epoch_at(config.base_batch_size))
-    # A short plan gets a short warmup: at most half of it.
-    schedule = scaling.schedule(config.batch_size, steps_per_epoch, progress.total_steps, config.decay,
-                                max_warmup_steps=progress.requested_steps // 2)
-    config_record = run_config(model_config, config, corpus, default_prime, model.num_parameters())
+    def _start_or_resume(self, resume: bool, force: bool, n_params: int) -> tuple[Progress, State | None]:
+        """A new run folder, or the resume point of the run in it."""
+        run_dir, ranks, carry = self.run_dir, self.ranks, None
+        requested = requested_steps(self.config, self.feed.steps_per_epoch)
+        if resume:
+            if ranks.main and (stale := checkpoint.remove_stale_temps(run_dir)):
+                self.log(f"removed {stale} partial file{'s' * (stale > 1)} left by a process stopped mid-write")
+            ranks.check_on_main(lambda: checkpoint.check_room(run_dir, 4 * n_params * checkpoint.RESUME_COPIES))
+            progress, carry = self._restore()
+            if progress.requested_steps != requested:  # a new plan was asked for
+                progress.requested_steps = progress.total_steps = requested
+        else:
+            def start_folder() -> None:
+                checkpoint.prepare_new_run(run_dir, force, 4 * n_params * checkpoint.NEW_RUN_COPIES)
+                checkpoint.write_tokenizer(run_dir, self.tokenizer)
+                if self.corpus.mode == "lines":
+                    checkpoint.write_items(run_dir, self.corpus.train_items.strings(self.tokenizer))
 
-    def write_config() -> None:
-        if ranks.main:
-            lr_record = scaling.describe(config.batch_size, steps_per_epoch, schedule)
-            checkpoint.write_config(run_dir, config_record | {"lr_schedule": lr_record, "summary": summary(progress)})
+            ranks.check_on_main(start_folder)
+            progress = Progress(total_steps=requested, requested_steps=requested)
+        if ranks.active:  # different dropout on every rank, as over one batch
+            torch.manual_seed(self.config.seed + 7919 * ranks.rank + progress.step)
+        return progress, carry
 
-    write_config()
-    metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
+    def _restore(self) -> tuple[Progress, State | None]:
+        return restore_checkpoint(self.run_dir, self.model, self.optimizer, self.rng, self.device, self.scaler,
+                                  self.my_streams)
 
-    if "mode_reason" in corpus.source:  # --mode auto chose
-        other = "stream" if corpus.mode == "lines" else "lines"
-        log(f"mode: {corpus.mode}: {corpus.source['mode_reason']} (--mode {other} to override)")
-    log(
-        f"{'resuming' if resume else 'training'} {run_dir}: {feed.describe()}, vocabulary {tokenizer.vocab_size}, "
-        f"{model.num_parameters():,} parameters, device {device} ({precision_note})"
-    )
-    log(
-        f"plan: {progress.total_steps:,} steps of {feed.batch_description()} "
-        f"({progress.total_steps / steps_per_epoch:.2f} epochs), from step {progress.step:,}"
-        + (f", at most {config.max_time:g} s" if config.max_time else "")
-    )
-    log(format_schedule(scaling.describe(config.batch_size, steps_per_epoch, schedule)))
-    if schedule.warmup_steps < round(scaling.warmup_epochs(config.batch_size) * steps_per_epoch):
-        log(f"warmup cut to {schedule.warmup_steps:,} steps: half of this short plan")
+    def _plan_schedule(self) -> None:
+        config, feed, progress = self.config, self.feed, self.progress
+        self.scaling = config.scaling(feed.steps_per_epoch_at(config.base_batch_size))
+        # A short plan gets a short warmup: at most half of it.
+        self.schedule = self.scaling.schedule(config.batch_size, feed.steps_per_epoch, progress.total_steps,
+                                              config.decay, max_warmup_steps=progress.requested_steps // 2)
+        self.config_record = run_config(self.model_config, config, self.corpus, self.default_prime,
+                                        self.model.num_parameters())
+        self.write_config()
 
-    history: list[dict] = []
+    def _log_start(self, resume: bool, precision_note: str) -> None:
+        config, feed, progress, corpus = self.config, self.feed, self.progress, self.corpus
+        if "mode_reason" in corpus.source:  # --mode auto chose
+            other = "stream" if corpus.mode == "lines" else "lines"
+            self.log(f"mode: {corpus.mode}: {corpus.source['mode_reason']} (--mode {other} to override)")
+        self.log(f"{'resuming' if resume else 'training'} {self.run_dir}: {feed.describe()}, vocabulary "
+                 f"{self.tokenizer.vocab_size}, {self.model.num_parameters():,} parameters, device {self.device} "
+                 f"({precision_note})")
+        self.log(f"plan: {progress.total_steps:,} steps of {feed.batch_description()} "
+                 f"({progress.total_steps / feed.steps_per_epoch:.2f} epochs), from step {progress.step:,}"
+                 + (f", at most {config.max_time:g} s" if config.max_time else ""))
+        described = self.scaling.describe(config.batch_size, feed.steps_per_epoch, self.schedule)
+        self.log(format_schedule(described))
+        if self.schedule.warmup_steps < round(self.scaling.warmup_epochs(config.batch_size) * feed.steps_per_epoch):
+            self.log(f"warmup cut to {self.schedule.warmup_steps:,} steps: half of this short plan")
 
-    def record(event: dict) -> None:
-        event = {"event": event.pop("event"), "step": progress.step, "epoch": round(epoch_float(), 4)} | event
-        if ranks.main:
-            metrics.write(event)
-        history.append(event)
-        if on_event is not None:
-            on_event(event)
+    # --- the loop ------------------------------------------------------------------------
+    def fit(self, stop: threading.Event | None = None) -> TrainResult:
+        progress, config, feed = self.progress, self.config, self.feed
+        budget = TimeBudget(config.max_time, progress)
+        self.window = LogWindow(self.device)
+        self.bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", dynamic_ncols=True,
+                        disable=not self.progress_bar, file=sys.stderr,
+                        mininterval=0.5 if sys.stderr.isatty() else 30)
+        self.model.train()
+        validated_at = saved_at = -1
+        with StopSignals(self.log, stop) as signals, self.bar:
+            policy = StopPolicy(signals, budget, self.ranks, self.device)
+            while progress.step < progress.total_steps and not policy.asked:
+                # the batch, and its learning rate
+                batch = feed.next(progress, self.rng)
+                if batch.new_epoch or not feed.carries_state:  # an epoch (or an item) starts from zero
+                    self.carry = None
+                lr = self.set_lr(batch)
+                # forward; on one CPU process the check costs nothing, so a bad step is caught
+                # before it is taken; on a GPU (no per-step sync) and across ranks, at the next log
+                loss = self.forward(batch)
+                if self.check_every_step and not torch.isfinite(loss):
+                    self.recover("training loss")
+                    continue
+                # backward and update
+                self.update(loss, batch)
+                now = budget.tick(progress)
+                self.window.add(loss, batch.targets)
+                if config.max_time is not None and progress.step - budget.start_step == TimeBudget.FIRST_FIT:
+                    self.fit_plan(budget, now, batch)
+                # log
+                at_end = progress.step == progress.total_steps
+                if (progress.step % config.log_every == 0 or at_end) and not self.log_window(lr, now):
+                    self.recover("training loss")
+                    continue
+                # validate and checkpoint
+                if progress.step % config.eval_every == 0 or at_end:
+                    if not math.isfinite(self.validate()):
+                        self.recover("validation loss")
+                        continue
+                    self.save()
+                    validated_at = saved_at = progress.step
+                    budget.eval_seconds = time.perf_counter() - now
+                    if config.max_time is not None and progress.step < progress.total_steps:
+                        self.fit_plan(budget)
+                    self.window.start = budget.resume_ticking()  # validation is not training time
+                # stop
+                if policy.should_stop(at_log_step=progress.step % config.log_every == 0):
+                    break
+        return self.finish(policy.reason, validated_at, saved_at)
 
-    def epoch_float() -> float:
-        return progress.epoch + feed.epoch_fraction(progress.position)
+    def set_lr(self, batch: Batch) -> float:
+        # A shorter chunk (variable BPTT, or the last of an epoch) gets a proportionally
+        # smaller step, as in AWD-LSTM: its mean loss rests on fewer characters.
+        lr = self.schedule.lr_at(self.progress.step) * batch.lr_scale * self.progress.lr_factor
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
 
-    def validate() -> float:
-        val_loss = feed.evaluate(model)
+    def forward(self, batch: Batch) -> torch.Tensor:
+        dtype = self.autocast_dtype
+        with torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            logits, self.carry = self.net(batch.x, self.carry)
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
+
+    def update(self, loss: torch.Tensor, batch: Batch) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
+        self.scaler.unscale_(self.optimizer)  # (each of these three is a no-op or plain call unless fp16)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.carry = detach_state(self.carry) if self.feed.carries_state else None
+        self.progress.step += 1
+        self.progress.chars_seen += batch.targets
+        self.bar.update(1)
+
+    def log_window(self, lr: float, now: float) -> bool:
+        """The log line of the window; False when its mean loss is not finite."""
+        window, ranks = self.window, self.ranks
+        # The loop's only read from the device (and, distributed, its only sum of losses).
+        mean_loss = (ranks.sum(window.loss_sum) / (window.steps * ranks.world)).item()
+        if not math.isfinite(mean_loss):
+            return False
+        chars_per_s = window.chars / max(1e-9, now - window.start)
+        self.record({"event": "train", "total_steps": self.progress.total_steps, "loss": mean_loss,
+                     "bpc": mean_loss / LN2, "lr": lr, "chars_per_s": round(chars_per_s),
+                     "elapsed": round(self.progress.train_seconds, 2)})
+        self.bar.set_postfix(loss=f"{mean_loss:.3f}", bpc=f"{mean_loss / LN2:.3f}", chars_s=f"{chars_per_s:,.0f}",
+                             lr=f"{lr:.2e}")
+        window.clear(now)
+        return True
+
+    def fit_plan(self, budget: TimeBudget, now: float | None = None, batch: Batch | None = None) -> None:
+        """Refit the plan to what is left of --max-time. Until a validation has been timed,
+        guess it as a forward pass over the validation text: about a third of a training
+        step's time per character."""
+        progress, eval_seconds = self.progress, budget.eval_seconds
+        if eval_seconds is None:
+            eval_seconds = self.feed.val_targets * (now - budget.start) / (budget.FIRST_FIT * batch.targets * 3)
+        total, step_seconds = budget.fitted_plan(progress, eval_seconds, self.config.eval_every)
+        total = self.ranks.from_main(total, self.device)  # every rank follows rank 0's clock
+        if abs(total - progress.total_steps) > progress.total_steps // 100:
+            self.log(f"plan fitted to --max-time {self.config.max_time:g}: {total:,} steps "
+                     f"({step_seconds * 1000:.0f} ms a step, {eval_seconds:.1f} s a validation)")
+        progress.total_steps = self.schedule.total_steps = self.bar.total = total
+        self.bar.refresh()
+
+    def finish(self, stopped: str, validated_at: int, saved_at: int) -> TrainResult:
+        progress = self.progress
+        if stopped == "time" and validated_at != progress.step:
+            self.validate()
+        if saved_at != progress.step:
+            self.save()
+        best = "n/a" if progress.best_val_loss is None else f"{progress.best_val_loss / LN2:.4f}"
+        verb = "finished" if stopped == "done" else f"stopped ({stopped})"
+        self.log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}; "
+                 f"checkpoint in {self.run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
+        return TrainResult(self.run_dir, progress.step, progress.total_steps, self.epoch(), progress.best_val_loss,
+                           progress.last_val_loss, stopped, self.history, self.model.eval())
+
+    # --- validation, checkpoints, recovery ----------------------------------------------
+    def epoch(self) -> float:
+        return self.progress.epoch + self.feed.epoch_fraction(self.progress.position)
+
+    def record(self, event: dict) -> None:
+        event = {"event": event.pop("event"), "step": self.progress.step, "epoch": round(self.epoch(), 4)} | event
+        if self.ranks.main:
+            self.metrics.write(event)
+        self.history.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def write_config(self) -> None:
+        if self.ranks.main:
+            config = self.config
+            lr_record = self.scaling.describe(config.batch_size, self.feed.steps_per_epoch, self.schedule)
+            checkpoint.write_config(self.run_dir, self.config_record | {"lr_schedule": lr_record,
+                                                                        "summary": summary(self.progress)})
+
+    def validate(self) -> float:
+        progress = self.progress
+        val_loss = self.feed.evaluate(self.model)
         if not math.isfinite(val_loss):
             return val_loss  # the caller goes back to the last checkpoint; nothing is saved
         progress.last_val_loss = val_loss
         is_best = progress.best_val_loss is None or val_loss < progress.best_val_loss
         if is_best:
             progress.best_val_loss = val_loss
-            if ranks.main:
-                checkpoint.save_tensors(run_dir / checkpoint.BEST, model.state_dict(), {"step": progress.step})
-        record({"event": "val", "val_loss": val_loss, "val_bpc": val_loss / LN2, "best": is_best,
-                "elapsed": round(progress.train_seconds, 2)})
-        log(f"step {progress.step:,}  epoch {epoch_float():.2f}  val loss {val_loss:.4f}  "
-            f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
-        if config.sample_chars and ranks.main:  # lines mode: a few items; a stream: one passage
-            lines = corpus.mode == "lines"
-            n = LINE_SAMPLES if lines else 1
-            pieces = sample_text(model, tokenizer, default_prime, config.sample_chars, num_samples=n,
-                                 temperature=0.8, seed=config.seed + progress.step, items=lines)
-            texts = collect(pieces, n)
-            log(f"--- sample{'s' if lines else ''} ---\n" + "\n".join(texts) + "\n---")
-            if on_event is not None:
-                on_event({"event": "sample", "step": progress.step, "texts": texts})
-        model.train()
+            if self.ranks.main:
+                checkpoint.save_tensors(self.run_dir / checkpoint.BEST, self.model.state_dict(),
+                                        {"step": progress.step})
+        self.record({"event": "val", "val_loss": val_loss, "val_bpc": val_loss / LN2, "best": is_best,
+                     "elapsed": round(progress.train_seconds, 2)})
+        self.log(f"step {progress.step:,}  epoch {self.epoch():.2f}  val loss {val_loss:.4f}  "
+                 f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
+        if self.config.sample_chars and self.ranks.main:
+            self.show_samples()
+        self.model.train()
         return val_loss
 
-    def save() -> None:
-        full_carry = carry if carry is None else tuple(ranks.gather_streams(part) for part in carry)
-        if ranks.main:
-            save_checkpoint(run_dir, model, optimizer, progress, full_carry, rng, config, scaler)
-        write_config()
+    def show_samples(self) -> None:
+        """Lines mode: a few items; a stream: one passage."""
+        lines = self.corpus.mode == "lines"
+        n = LINE_SAMPLES if lines else 1
+        pieces = sample_text(self.model, self.tokenizer, self.default_prime, self.config.sample_chars, num_samples=n,
+                             temperature=0.8, seed=self.config.seed + self.progress.step, items=lines)
+        texts = collect(pieces, n)
+        self.log(f"--- sample{'s' if lines else ''} ---\n" + "\n".join(texts) + "\n---")
+        if self.on_event is not None:
+            self.on_event({"event": "sample", "step": self.progress.step, "texts": texts})
 
-    def recover(where: str) -> None:
+    def save(self) -> None:
+        carry = self.carry
+        full_carry = carry if carry is None else tuple(self.ranks.gather_streams(part) for part in carry)
+        if self.ranks.main:
+            save_checkpoint(self.run_dir, self.model, self.optimizer, self.progress, full_carry, self.rng,
+                            self.config, self.scaler)
+        self.write_config()
+
+    def recover(self, where: str) -> None:
         """A NaN or inf ``where``: never train on it. Go back to the last checkpoint with half
         the learning rate, or stop with a clear message once that has not helped."""
-        nonlocal carry, loss_count, window_chars
+        config, progress = self.config, self.progress
         tries, factor = progress.nonfinite + 1, progress.lr_factor / 2
         advice = f"lower --base-lr (now {config.base_lr:g}) or --clip, or try --precision fp32"
         if tries > config.nonfinite_retries:
             raise ChargenError(f"the {where} became NaN or infinite again at step {progress.step:,} after "
                                f"{config.nonfinite_retries} returns to a checkpoint at lower learning rates; {advice}")
-        if not (run_dir / checkpoint.TRAINER).exists():
+        if not (self.run_dir / checkpoint.TRAINER).exists():
             raise ChargenError(f"the {where} became NaN or infinite at step {progress.step:,}, before the first "
                                f"checkpoint; {advice}, and start again with --force")
         bad_step = progress.step
-        restored, carry = restore_checkpoint(run_dir, model, optimizer, rng, device, scaler, my_streams)
+        restored, self.carry = self._restore()
         for f in fields(Progress):
             setattr(progress, f.name, getattr(restored, f.name))
         progress.nonfinite, progress.lr_factor = tries, factor
-        log(f"the {where} became NaN or infinite at step {bad_step:,}: back to the checkpoint at step "
-            f"{progress.step:,} with the learning rate x{factor:g} ({tries} of {config.nonfinite_retries})")
-        record({"event": "nonfinite", "where": where, "at_step": bad_step, "lr_factor": factor})
-        loss_sum.zero_()  # the window's losses were partly NaN, and partly from steps now undone
-        loss_count = window_chars = 0
-        bar.n = progress.step
-        bar.refresh()
-        model.train()
+        self.log(f"the {where} became NaN or infinite at step {bad_step:,}: back to the checkpoint at step "
+                 f"{progress.step:,} with the learning rate x{factor:g} ({tries} of {config.nonfinite_retries})")
+        self.record({"event": "nonfinite", "where": where, "at_step": bad_step, "lr_factor": factor})
+        self.window.clear()  # the window's losses were partly NaN, and partly from steps now undone
+        self.bar.n = progress.step
+        self.bar.refresh()
+        self.model.train()
 
-    model.train()
-    stopped = "done"
-    start_step, invocation_start = progress.step, time.perf_counter()
-    last_tick = window_start = invocation_start
-    saved_at = validated_at = -1
-    seconds_at_start = progress.train_seconds
-    eval_seconds: float | None = None  # measured once a validation has run
 
-    def fit_plan(eval_seconds: float) -> None:
-        """Refit the plan (so the schedule) to what is left of --max-time, from the measured
-        time per training step and per validation; at most the plan that was asked for."""
-        step_seconds = (progress.train_seconds - seconds_at_start) / (progress.step - start_step)
-        seconds_left = config.max_time - (time.perf_counter() - invocation_start)
-        total = fit_to_time(progress.requested_steps, progress.step, seconds_left, step_seconds,
-                            eval_seconds, config.eval_every)
-        total = ranks.from_main(total, device)  # every rank follows rank 0's clock
-        if abs(total - progress.total_steps) > progress.total_steps // 100:
-            log(f"plan fitted to --max-time {config.max_time:g}: {total:,} steps "
-                f"({step_seconds * 1000:.0f} ms a step, {eval_seconds:.1f} s a validation)")
-        progress.total_steps = schedule.total_steps = bar.total = total
-        bar.refresh()
+def check_distributed(corpus: Corpus, config: TrainConfig, ranks: Ranks) -> None:
+    if ranks.active:
+        if corpus.mode == "lines":
+            raise ChargenError("lines mode does not train under torchrun yet; train it in one process")
+        if config.batch_size % ranks.world:
+            raise ChargenError(f"--batch-size {config.batch_size} (the global batch) does not divide among "
+                               f"{ranks.world} processes; use a multiple of {ranks.world}")
 
-    loss_sum, loss_count, window_chars = torch.zeros((), device=device), 0, 0
-    check_every_step = device.type == "cpu" and not ranks.active
-    bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", disable=not progress_bar,
-               dynamic_ncols=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30)
-    with StopSignals(log, stop) as signals, bar:
-        (stop_asked,) = ranks.any((signals.requested,), device)
-        while progress.step < progress.total_steps and not stop_asked:
-            batch = feed.next(progress, rng)
-            if batch.new_epoch or not feed.carries_state:  # an epoch (or an item) starts from zero
-                carry = None
-            # A shorter chunk (variable BPTT, or the last of an epoch) gets a proportionally
-            # smaller step, as in AWD-LSTM: its mean loss rests on fewer characters.
-            lr = schedule.lr_at(progress.step) * batch.lr_scale * progress.lr_factor
-            for group in optimizer.param_groups:
-                group["lr"] = lr
 
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                logits, carry = net(batch.x, carry)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
-            # On one CPU process the check costs nothing, so a bad step is caught before it is
-            # taken; on a GPU (no per-step sync) and across ranks, at the next log step.
-            if check_every_step and not torch.isfinite(loss):
-                recover("training loss")
-                continue
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
-            scaler.unscale_(optimizer)  # (each of these three is a no-op or plain call unless fp16)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-            scaler.step(optimizer)
-            scaler.update()
-            carry = detach_state(carry) if feed.carries_state else None
-
-            progress.step += 1
-            progress.chars_seen += batch.targets
-            loss_sum += loss.detach()
-            loss_count += 1
-            window_chars += batch.targets
-            now = time.perf_counter()
-            progress.train_seconds += now - last_tick
-            last_tick = now
-            bar.update(1)
-
-            if config.max_time is not None and progress.step - start_step == 25:
-                # Until a validation has been timed, guess it as a forward pass over the
-                # validation text: about a third of a training step's time per character.
-                guess = feed.val_targets * (now - invocation_start) / (25 * batch.targets * 3)
-                fit_plan(eval_seconds if eval_seconds is not None else guess)
-
-            if progress.step % config.log_every == 0 or progress.step == progress.total_steps:
-                # The loop's only read from the device (and, distributed, its only sum of losses).
-                mean_loss = (ranks.sum(loss_sum) / (loss_count * ranks.world)).item()
-                if not math.isfinite(mean_loss):
-                    recover("training loss")
-                    continue
-                chars_per_s = window_chars / max(1e-9, now - window_start)
-                record({"event": "train", "total_steps": progress.total_steps, "loss": mean_loss,
-                        "bpc": mean_loss / LN2, "lr": lr,
-                        "chars_per_s": round(chars_per_s), "elapsed": round(progress.train_seconds, 2)})
-                bar.set_postfix(loss=f"{mean_loss:.3f}", bpc=f"{mean_loss / LN2:.3f}",
-                                chars_s=f"{chars_per_s:,.0f}", lr=f"{lr:.2e}")
-                loss_sum.zero_()
-                loss_count, window_chars, window_start = 0, 0, now
-
-            if progress.step % config.eval_every == 0 or progress.step == progress.total_steps:
-                if not math.isfinite(validate()):
-                    recover("validation loss")
-                    continue
-                save()
-                validated_at = saved_at = progress.step
-                eval_seconds = time.perf_counter() - now
-                if config.max_time is not None and progress.step < progress.total_steps:
-                    fit_plan(eval_seconds)
-                last_tick = window_start = time.perf_counter()  # validation is not training time
-            out_of_time = config.max_time is not None and time.perf_counter() - invocation_start >= config.max_time
-            if ranks.active and progress.step % config.log_every:
-                continue  # the ranks agree on stopping at log steps only: an agreement is a sync
-            out_of_time, stop_asked = ranks.any((out_of_time, signals.requested), device)
-            if out_of_time:
-                stopped = "time"
-                break
-        if stop_asked:
-            stopped = "interrupted"
-
-    if stopped == "time" and validated_at != progress.step:
-        validate()
-    if saved_at != progress.step:
-        save()
-    best = "n/a" if progress.best_val_loss is None else f"{progress.best_val_loss / LN2:.4f}"
-    verb = "finished" if stopped == "done" else f"stopped ({stopped})"
-    log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}; "
-        f"checkpoint in {run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
-    return TrainResult(run_dir, progress.step, progress.total_steps, epoch_float(),
-                       progress.best_val_loss, progress.last_val_loss, stopped, history, model.eval())
+def first_prime(corpus: Corpus) -> str:
+    """What samples start from: a stream starts best after a line break; an item starts
+    from <bos> (no prime)."""
+    if corpus.mode == "lines":
+        return ""
+    return "\n" if "\n" in corpus.tokenizer else corpus.tokenizer.decode(corpus.train_ids[:1])
 
 
 def summary(progress: Progress) -> dict:
