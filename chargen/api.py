@@ -14,7 +14,7 @@ from .corpus import eval_streams
 from .device import resolve_device
 from .errors import ChargenError
 from .evaluate import bpc, evaluate_items, evaluate_streams
-from .lines import file_items, item_tokenizer
+from .lines import file_items, item_tokenizer, known_items, read_item_hashes
 from .model import CharLSTM, LeanStep, ModelConfig
 from .sample import LEAN_MAX_SAMPLES, Sampler, collect
 from .textfile import encode_file, scan_text, tokenizer_for
@@ -76,8 +76,8 @@ class TrainedModel:
     def is_training_item(self, items: list[str]) -> list[bool]:
         """Lines mode: for each item, whether it is in the training list verbatim."""
         if self._item_hashes is None:
-            self._item_hashes = checkpoint.read_items(self.run_dir)
-        return checkpoint.known_items(self._item_hashes, items)
+            self._item_hashes = read_item_hashes(self.run_dir / checkpoint.ITEMS)
+        return known_items(self._item_hashes, items)
 
     def generate(self, prime: str = "", length: int = 500, **options) -> str:
         """One continuation of ``prime`` (the prime itself not included)."""

@@ -1,15 +1,19 @@
-"""The run folder: atomic writes and safe loads (safetensors + JSON, never pickle).
+"""The run folder: what it holds, and how a run is started, saved, resumed and exported.
+The bytes go through ``storage`` (atomic writes; safetensors + JSON with checksums, never
+pickle).
 
     RUN_DIR/
       config.json               model and training config, corpus info, format version
       tokenizer.json            Hugging Face tokenizers format
       model.safetensors         latest weights
       best.safetensors          best weights by validation loss
-      trainer/state.safetensors everything a resume needs, in one file so that it is
-                                replaced atomically as a whole: weights, optimizer,
-                                carried LSTM state, RNG states, and (as JSON in the
-                                safetensors metadata) step, epoch, stream position...
+      trainer/state.safetensors the trainer state (``TrainerState``): everything a resume
+                                needs, in one file so that it is replaced atomically as a
+                                whole: weights, optimizer, carried LSTM state, RNG states,
+                                and (as JSON in the safetensors metadata) step, epoch,
+                                stream position, plan...
       metrics.jsonl             one JSON line per log or validation event
+      train_items.safetensors   lines mode: a hash of every training item (see ``lines``)
 
 Every tensor file carries a SHA-256 of its tensors in its metadata, so a truncated or
 bit-flipped file is refused rather than silently loaded.
@@ -17,21 +21,19 @@ bit-flipped file is refused rather than silently loaded.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import secrets
 import shutil
-from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save as safetensors_bytes
 
 from .errors import ChargenError
+from .storage import TMP_SUFFIX, MetricsLog, atomic_write, load_tensors, read_json, save_tensors, write_json
 from .tokenizer import CharTokenizer
+
+__all__ = ["MetricsLog", "Progress", "TrainerState", "atomic_write", "load_tensors", "save_tensors"]
 
 FORMAT = "chargen-run"
 FORMAT_VERSION = 1
@@ -43,39 +45,12 @@ TRAINER = "trainer/state.safetensors"
 METRICS = "metrics.jsonl"
 ITEMS = "train_items.safetensors"  # lines mode: a hash of every training item
 RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS, ITEMS)
-TMP_SUFFIX = ".tmp"  # atomic_write's temp files: .NAME.PID.RANDOM.tmp beside the file
 # fp32 copies of the parameters a run folder holds: the weights in model, best and the trainer
 # state (with AdamW's two moments), and the trainer state's temp file while it is replaced.
 NEW_RUN_COPIES, RESUME_COPIES = 8, 3
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over ``path``: a reader
-    (or a crash) sees the old file or the new one, never half of one."""
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # os.open rather than mkstemp: the file gets the usual umask permissions, not 0600.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as e:  # a full disk, a read-only or vanished folder: the old file stands
-        raise ChargenError(f"could not write {path} ({e.strerror or e}); free some disk space or fix the "
-                           f"folder, then resume: the previous {path.name} is intact") from None
-
-
+# --- the run folder --------------------------------------------------------------------
 def remove_stale_temps(run_dir: Path) -> int:
     """Delete temp files left by a process killed mid-write (never read: a checkpoint is
     only ever the renamed, complete file). Returns how many there were."""
@@ -86,60 +61,6 @@ def remove_stale_temps(run_dir: Path) -> int:
     return len(stale)
 
 
-def write_json(path: Path, obj: dict) -> None:
-    atomic_write(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-
-
-def read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ChargenError(f"{path} is missing; is this a chargen run folder?") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ChargenError(f"{path} is unreadable or corrupt ({e}); retrain or restore it") from None
-    if not isinstance(data, dict):
-        raise ChargenError(f"{path} is corrupt (not a JSON object); retrain or restore it")
-    return data
-
-
-def _digest(tensors: dict[str, torch.Tensor]) -> str:
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name]
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> None:
-    """Atomically write tensors (moved to CPU) with JSON metadata and a checksum."""
-    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
-    meta = {"chargen": json.dumps(metadata or {}), "sha256": _digest(tensors)}
-    atomic_write(path, safetensors_bytes(tensors, metadata=meta))
-
-
-def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
-    """Tensors and metadata from a file written by ``save_tensors``; refuses anything
-    missing, truncated, altered, or not ours."""
-    if not path.is_file():
-        raise ChargenError(f"{path} is missing; the run has no checkpoint there")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is no dict)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise ChargenError(f"{path} is corrupt or not a checkpoint ({e}); retrain or restore it") from None
-    if "sha256" not in meta or "chargen" not in meta:
-        raise ChargenError(f"{path} was not written by chargen; refusing to load it")
-    if _digest(tensors) != meta["sha256"]:
-        raise ChargenError(f"{path} is corrupt (checksum mismatch); retrain or restore it")
-    try:
-        return tensors, json.loads(meta["chargen"])
-    except json.JSONDecodeError:
-        raise ChargenError(f"{path} has corrupt metadata; retrain or restore it") from None
-
-
-# --- the run folder --------------------------------------------------------------------
 def holds_run(run_dir: Path) -> bool:
     return (run_dir / CONFIG).exists()
 
@@ -289,39 +210,82 @@ def unflatten_optimizer(tensors: dict[str, torch.Tensor], info: dict) -> dict:
     return {"state": state, "param_groups": info["param_groups"]}
 
 
-class MetricsLog:
-    """Appends one JSON object per line; each line is flushed so a crash loses none."""
+# --- the trainer state --------------------------------------------------------------------
+@dataclass
+class Progress:
+    """Where the run stands: saved with every checkpoint, restored by resume."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, record: dict) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def _hashes(items: Iterable[str]) -> np.ndarray:
-    # (fromiter fills the array as the items come: a list of millions of digests is not kept)
-    return np.fromiter((int.from_bytes(hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                                       "little", signed=True) for item in items), dtype=np.int64)
-
-
-def write_items(run_dir: Path, items: Iterable[str]) -> None:
-    """A sorted 64-bit hash of every training item: enough to tell whether a sample is one
-    of them, at 8 bytes an item, without keeping the list."""
-    hashes = np.sort(_hashes(items))
-    save_tensors(run_dir / ITEMS, {"hashes": torch.from_numpy(hashes)}, {"items": len(hashes)})
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # the next batch: a row of the streams, or (lines mode) a batch of the epoch
+    total_steps: int = 0  # the plan, after fitting it to --max-time
+    requested_steps: int = 0  # the plan as asked for by --steps / --epochs
+    best_val_loss: float | None = None
+    last_val_loss: float | None = None
+    chars_seen: int = 0
+    train_seconds: float = 0.0
+    lr_factor: float = 1.0  # halved each time a NaN or inf loss sends the run back to a checkpoint
+    nonfinite: int = 0  # how many times that has happened
 
 
-def read_items(run_dir: Path) -> torch.Tensor:
-    path = run_dir / ITEMS
-    if not path.exists():
-        raise ChargenError(f"{path} is missing: only a run trained in lines mode knows its training items")
-    return load_tensors(path)[0]["hashes"]
+@dataclass
+class TrainerState:
+    """What a run resumes from, live: the weights (in ``model``), AdamW's moments, the data
+    RNG, the gradient scaler, the carried LSTM state and the progress (position and plan).
+    Torch's own RNG states go with it. Saved as one file, replaced atomically."""
 
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    rng: np.random.Generator
+    scaler: torch.amp.GradScaler
+    progress: Progress
+    carry: tuple[torch.Tensor, torch.Tensor] | None = None
 
-def known_items(hashes: torch.Tensor, items: list[str]) -> list[bool]:
-    """For each item, whether it is one of the hashed ones."""
-    if not items:
-        return []
-    return torch.isin(torch.from_numpy(_hashes(items).copy()), hashes).tolist()
+    def save(self, run_dir: Path, train_config: dict, carry: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """The resume point in one atomic file, then the latest weights for inference.
+        ``carry``: the state of all the streams (distributed, gathered from every rank)."""
+        weights = self.model.state_dict()
+        optim_tensors, optim_info = flatten_optimizer(self.optimizer.state_dict())
+        tensors = {f"model/{k}": v for k, v in weights.items()} | optim_tensors
+        tensors["rng/torch"] = torch.get_rng_state()
+        if torch.cuda.is_available():
+            tensors["rng/cuda"] = torch.cuda.get_rng_state()
+        if carry is not None:
+            tensors["carry/h"], tensors["carry/c"] = carry
+        meta = {
+            "progress": asdict(self.progress),
+            "optimizer": optim_info,
+            "numpy_rng": self.rng.bit_generator.state,
+            "train": train_config,
+            "grad_scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+        }
+        save_tensors(run_dir / TRAINER, tensors, meta)
+        save_tensors(run_dir / WEIGHTS, weights, {"step": self.progress.step})
+
+    def load(self, run_dir: Path, device: torch.device, streams: slice = slice(None)) -> None:
+        """Load the resume point into this state, in place: the carried state of ``streams``
+        (a rank's block of them, distributed) and the progress are replaced."""
+        path = run_dir / TRAINER
+        if not path.exists():
+            raise ChargenError(f"{run_dir} has no training checkpoint yet (it stopped before the first save); "
+                               "start it again with --force")
+        tensors, meta = load_tensors(path)
+        try:
+            weights = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
+            self.model.load_state_dict(weights, strict=True)
+            self.optimizer.load_state_dict(unflatten_optimizer(tensors, meta["optimizer"]))
+            self.rng.bit_generator.state = meta["numpy_rng"]
+            torch.set_rng_state(tensors["rng/torch"])
+            if "rng/cuda" in tensors and device.type == "cuda":
+                torch.cuda.set_rng_state(tensors["rng/cuda"])
+            progress = Progress(**meta["progress"])
+            if self.scaler.is_enabled() and meta.get("grad_scaler"):
+                self.scaler.load_state_dict(meta["grad_scaler"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ChargenError(f"{path} does not match this run ({e}); start again with --force") from None
+        for name, value in asdict(progress).items():  # in place: the loop holds this object
+            setattr(self.progress, name, value)
+        self.carry = None
+        if "carry/h" in tensors:
+            self.carry = tuple(tensors[f"carry/{part}"][:, streams].contiguous().to(device) for part in "hc")
+

@@ -11,12 +11,15 @@ left to right, pads after an item's end cannot change anything before it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from .errors import ChargenError
+from .storage import load_tensors, save_tensors
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, CharTokenizer, recode
 
 IGNORE = -100  # the target at padded positions: cross_entropy's ignore_index
@@ -227,3 +230,31 @@ def epoch_length(n_items: int, batch_size: int, bucket_factor: int) -> int:
     size = batch_size * bucket_factor
     full, rest = divmod(n_items, size)
     return full * bucket_factor + -(-rest // batch_size)
+
+
+# --- the training items, as hashes (for --new-only) ----------------------------------------
+def _hashes(items: Iterable[str]) -> np.ndarray:
+    # (fromiter fills the array as the items come: a list of millions of digests is not kept)
+    return np.fromiter((int.from_bytes(hashlib.blake2b(item.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                                       "little", signed=True) for item in items), dtype=np.int64)
+
+
+def write_item_hashes(path: Path, items: Iterable[str]) -> None:
+    """A sorted 64-bit hash of every training item: enough to tell whether a sample is one
+    of them, at 8 bytes an item, without keeping the list."""
+    hashes = np.sort(_hashes(items))
+    save_tensors(path, {"hashes": torch.from_numpy(hashes)}, {"items": len(hashes)})
+
+
+def read_item_hashes(path: Path) -> torch.Tensor:
+    if not path.exists():
+        raise ChargenError(f"{path} is missing: only a run trained in lines mode knows its training items")
+    return load_tensors(path)[0]["hashes"]
+
+
+def known_items(hashes: torch.Tensor, items: list[str]) -> list[bool]:
+    """For each item, whether it is one of the hashed ones."""
+    if not items:
+        return []
+    return torch.isin(torch.from_numpy(_hashes(items).copy()), hashes).tolist()
+

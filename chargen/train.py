@@ -21,15 +21,16 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from . import __version__, checkpoint, memory
+from . import __version__, checkpoint, faults, memory
+from .checkpoint import Progress, TrainerState
 from .corpus import Corpus
 from .device import resolve_device, resolve_precision
 from .distributed import SINGLE, Ranks
 from .errors import ChargenError
 from .evaluate import LN2
 from .feeds import Batch, LinesFeed, StreamFeed
-from .lines import IGNORE
-from .model import CharLSTM, ModelConfig, State, detach_state
+from .lines import IGNORE, write_item_hashes
+from .model import CharLSTM, ModelConfig, detach_state
 from .sample import collect, sample_text
 from .schedule import BatchScaling, WarmupDecay, format_schedule
 
@@ -111,23 +112,6 @@ class TrainConfig:
 
 
 @dataclass
-class Progress:
-    """Where the run stands: saved with every checkpoint, restored by resume."""
-
-    step: int = 0
-    epoch: int = 0
-    position: int = 0  # the next batch: a row of the streams, or (lines mode) a batch of the epoch
-    total_steps: int = 0  # the plan, after fitting it to --max-time
-    requested_steps: int = 0  # the plan as asked for by --steps / --epochs
-    best_val_loss: float | None = None
-    last_val_loss: float | None = None
-    chars_seen: int = 0
-    train_seconds: float = 0.0
-    lr_factor: float = 1.0  # halved each time a NaN or inf loss sends the run back to a checkpoint
-    nonfinite: int = 0  # how many times that has happened
-
-
-@dataclass
 class TrainResult:
     run_dir: Path
     step: int
@@ -193,74 +177,6 @@ def param_groups(model: CharLSTM, weight_decay: float) -> list[dict]:
     matrices = [p for p in model.parameters() if p.dim() >= 2]
     others = [p for p in model.parameters() if p.dim() < 2]
     return [{"params": matrices, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]
-
-
-# --- checkpoints -------------------------------------------------------------------------
-def save_checkpoint(
-    run_dir: Path,
-    model: CharLSTM,
-    optimizer: torch.optim.Optimizer,
-    progress: Progress,
-    carry: State | None,
-    rng: np.random.Generator,
-    config: TrainConfig,
-    scaler: torch.amp.GradScaler | None = None,
-) -> None:
-    """The resume point in one atomic file, then the latest weights for inference."""
-    weights = model.state_dict()
-    optim_tensors, optim_info = checkpoint.flatten_optimizer(optimizer.state_dict())
-    tensors = {f"model/{k}": v for k, v in weights.items()} | optim_tensors
-    tensors["rng/torch"] = torch.get_rng_state()
-    if torch.cuda.is_available():
-        tensors["rng/cuda"] = torch.cuda.get_rng_state()
-    if carry is not None:
-        tensors["carry/h"], tensors["carry/c"] = carry
-    meta = {
-        "progress": asdict(progress),
-        "optimizer": optim_info,
-        "numpy_rng": rng.bit_generator.state,
-        "train": asdict(config),
-        "grad_scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,
-    }
-    checkpoint.save_tensors(run_dir / checkpoint.TRAINER, tensors, meta)
-    checkpoint.save_tensors(run_dir / checkpoint.WEIGHTS, weights, {"step": progress.step})
-
-
-def restore_checkpoint(
-    run_dir: Path,
-    model: CharLSTM,
-    optimizer: torch.optim.Optimizer,
-    rng: np.random.Generator,
-    device: torch.device,
-    scaler: torch.amp.GradScaler | None = None,
-    streams: slice = slice(None),
-) -> tuple[Progress, State | None]:
-    """Load the resume point into ``model``, ``optimizer``, ``rng`` and ``scaler``; returns the
-    progress and the carried state of ``streams`` (a rank's block of them, distributed)."""
-    path = run_dir / checkpoint.TRAINER
-    if not path.exists():
-        raise ChargenError(
-            f"{run_dir} has no training checkpoint yet (it stopped before the first save); "
-            "start it again with --force"
-        )
-    tensors, meta = checkpoint.load_tensors(path)
-    try:
-        weights = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
-        model.load_state_dict(weights, strict=True)
-        optimizer.load_state_dict(checkpoint.unflatten_optimizer(tensors, meta["optimizer"]))
-        rng.bit_generator.state = meta["numpy_rng"]
-        torch.set_rng_state(tensors["rng/torch"])
-        if "rng/cuda" in tensors and device.type == "cuda":
-            torch.cuda.set_rng_state(tensors["rng/cuda"])
-        progress = Progress(**meta["progress"])
-        if scaler is not None and scaler.is_enabled() and meta.get("grad_scaler"):
-            scaler.load_state_dict(meta["grad_scaler"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ChargenError(f"{path} does not match this run ({e}); start again with --force") from None
-    carry = None
-    if "carry/h" in tensors:
-        carry = tuple(tensors[f"carry/{part}"][:, streams].contiguous().to(device) for part in "hc")
-    return progress, carry
 
 
 def make_feed(corpus: Corpus, config: TrainConfig, device: torch.device,
@@ -448,7 +364,7 @@ class Trainer:
         need = memory.estimate(self.model_config, *self.feed.largest_batch())
         ranks.check_on_main(lambda: memory.check_fits(need, self.device, memory.available_bytes(self.device)))
         self._build()
-        self.progress, self.carry = self._start_or_resume(resume, force, need.parameters)
+        self._start_or_resume(resume, force, need.parameters)
         self._plan_schedule()
         self.metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
         self.history: list[dict] = []
@@ -474,22 +390,24 @@ class Trainer:
         # gave every rank the same weights; DDP checks that by broadcasting rank 0's.)
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         self.net = DDP(self.model, device_ids=device_ids) if self.ranks.active else self.model
-        self.optimizer = torch.optim.AdamW(param_groups(self.model, config.weight_decay), lr=config.base_lr,
-                                           betas=(0.9, 0.99))
+        optimizer = torch.optim.AdamW(param_groups(self.model, config.weight_decay), lr=config.base_lr,
+                                      betas=(0.9, 0.99))
         # fp16 autocast needs its gradients scaled against underflow; bf16 and fp32 do not.
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast_dtype is torch.float16)
-        self.rng = np.random.default_rng(config.seed)
+        scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast_dtype is torch.float16)
+        requested = requested_steps(config, self.feed.steps_per_epoch)
+        self.state = TrainerState(self.model, optimizer, np.random.default_rng(config.seed), scaler,
+                                  Progress(total_steps=requested, requested_steps=requested))
         self.my_streams = self.ranks.block(config.batch_size)  # a checkpoint holds all streams' state
 
-    def _start_or_resume(self, resume: bool, force: bool, n_params: int) -> tuple[Progress, State | None]:
+    def _start_or_resume(self, resume: bool, force: bool, n_params: int) -> None:
         """A new run folder, or the resume point of the run in it."""
-        run_dir, ranks, carry = self.run_dir, self.ranks, None
-        requested = requested_steps(self.config, self.feed.steps_per_epoch)
+        run_dir, ranks, progress = self.run_dir, self.ranks, self.state.progress
         if resume:
             if ranks.main and (stale := checkpoint.remove_stale_temps(run_dir)):
                 self.log(f"removed {stale} partial file{'s' * (stale > 1)} left by a process stopped mid-write")
             ranks.check_on_main(lambda: checkpoint.check_room(run_dir, 4 * n_params * checkpoint.RESUME_COPIES))
-            progress, carry = self._restore()
+            requested = progress.requested_steps
+            self.state.load(run_dir, self.device, self.my_streams)
             if progress.requested_steps != requested:  # a new plan was asked for
                 progress.requested_steps = progress.total_steps = requested
         else:
@@ -497,20 +415,14 @@ class Trainer:
                 checkpoint.prepare_new_run(run_dir, force, 4 * n_params * checkpoint.NEW_RUN_COPIES)
                 checkpoint.write_tokenizer(run_dir, self.tokenizer)
                 if self.corpus.mode == "lines":
-                    checkpoint.write_items(run_dir, self.corpus.train_items.strings(self.tokenizer))
+                    write_item_hashes(run_dir / checkpoint.ITEMS, self.corpus.train_items.strings(self.tokenizer))
 
             ranks.check_on_main(start_folder)
-            progress = Progress(total_steps=requested, requested_steps=requested)
         if ranks.active:  # different dropout on every rank, as over one batch
             torch.manual_seed(self.config.seed + 7919 * ranks.rank + progress.step)
-        return progress, carry
-
-    def _restore(self) -> tuple[Progress, State | None]:
-        return restore_checkpoint(self.run_dir, self.model, self.optimizer, self.rng, self.device, self.scaler,
-                                  self.my_streams)
 
     def _plan_schedule(self) -> None:
-        config, feed, progress = self.config, self.feed, self.progress
+        config, feed, progress = self.config, self.feed, self.state.progress
         self.scaling = config.scaling(feed.steps_per_epoch_at(config.base_batch_size))
         # A short plan gets a short warmup: at most half of it.
         self.schedule = self.scaling.schedule(config.batch_size, feed.steps_per_epoch, progress.total_steps,
@@ -520,7 +432,7 @@ class Trainer:
         self.write_config()
 
     def _log_start(self, resume: bool, precision_note: str) -> None:
-        config, feed, progress, corpus = self.config, self.feed, self.progress, self.corpus
+        config, feed, progress, corpus = self.config, self.feed, self.state.progress, self.corpus
         if "mode_reason" in corpus.source:  # --mode auto chose
             other = "stream" if corpus.mode == "lines" else "lines"
             self.log(f"mode: {corpus.mode}: {corpus.source['mode_reason']} (--mode {other} to override)")
@@ -537,7 +449,7 @@ class Trainer:
 
     # --- the loop ------------------------------------------------------------------------
     def fit(self, stop: threading.Event | None = None) -> TrainResult:
-        progress, config, feed = self.progress, self.config, self.feed
+        progress, config, feed = self.state.progress, self.config, self.feed
         budget = TimeBudget(config.max_time, progress)
         self.window = LogWindow(self.device)
         self.bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", dynamic_ncols=True,
@@ -549,9 +461,9 @@ class Trainer:
             policy = StopPolicy(signals, budget, self.ranks, self.device)
             while progress.step < progress.total_steps and not policy.asked:
                 # the batch, and its learning rate
-                batch = feed.next(progress, self.rng)
+                batch = feed.next(progress, self.state.rng)
                 if batch.new_epoch or not feed.carries_state:  # an epoch (or an item) starts from zero
-                    self.carry = None
+                    self.state.carry = None
                 lr = self.set_lr(batch)
                 # forward; on one CPU process the check costs nothing, so a bad step is caught
                 # before it is taken; on a GPU (no per-step sync) and across ranks, at the next log
@@ -589,27 +501,28 @@ class Trainer:
     def set_lr(self, batch: Batch) -> float:
         # A shorter chunk (variable BPTT, or the last of an epoch) gets a proportionally
         # smaller step, as in AWD-LSTM: its mean loss rests on fewer characters.
-        lr = self.schedule.lr_at(self.progress.step) * batch.lr_scale * self.progress.lr_factor
-        for group in self.optimizer.param_groups:
+        lr = self.schedule.lr_at(self.state.progress.step) * batch.lr_scale * self.state.progress.lr_factor
+        for group in self.state.optimizer.param_groups:
             group["lr"] = lr
         return lr
 
     def forward(self, batch: Batch) -> torch.Tensor:
         dtype = self.autocast_dtype
         with torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            logits, self.carry = self.net(batch.x, self.carry)
-        return F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
+            logits, self.state.carry = self.net(batch.x, self.state.carry)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
+        return faults.loss(self.state.progress.step + 1, loss)
 
     def update(self, loss: torch.Tensor, batch: Batch) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
-        self.scaler.unscale_(self.optimizer)  # (each of these three is a no-op or plain call unless fp16)
+        self.state.optimizer.zero_grad(set_to_none=True)
+        self.state.scaler.scale(loss * batch.loss_weight if batch.loss_weight != 1.0 else loss).backward()
+        self.state.scaler.unscale_(self.state.optimizer)  # (each of these three is a no-op or plain call unless fp16)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.carry = detach_state(self.carry) if self.feed.carries_state else None
-        self.progress.step += 1
-        self.progress.chars_seen += batch.targets
+        self.state.scaler.step(self.state.optimizer)
+        self.state.scaler.update()
+        self.state.carry = detach_state(self.state.carry) if self.feed.carries_state else None
+        self.state.progress.step += 1
+        self.state.progress.chars_seen += batch.targets
         self.bar.update(1)
 
     def log_window(self, lr: float, now: float) -> bool:
@@ -620,9 +533,9 @@ class Trainer:
         if not math.isfinite(mean_loss):
             return False
         chars_per_s = window.chars / max(1e-9, now - window.start)
-        self.record({"event": "train", "total_steps": self.progress.total_steps, "loss": mean_loss,
+        self.record({"event": "train", "total_steps": self.state.progress.total_steps, "loss": mean_loss,
                      "bpc": mean_loss / LN2, "lr": lr, "chars_per_s": round(chars_per_s),
-                     "elapsed": round(self.progress.train_seconds, 2)})
+                     "elapsed": round(self.state.progress.train_seconds, 2)})
         self.bar.set_postfix(loss=f"{mean_loss:.3f}", bpc=f"{mean_loss / LN2:.3f}", chars_s=f"{chars_per_s:,.0f}",
                              lr=f"{lr:.2e}")
         window.clear(now)
@@ -632,7 +545,7 @@ class Trainer:
         """Refit the plan to what is left of --max-time. Until a validation has been timed,
         guess it as a forward pass over the validation text: about a third of a training
         step's time per character."""
-        progress, eval_seconds = self.progress, budget.eval_seconds
+        progress, eval_seconds = self.state.progress, budget.eval_seconds
         if eval_seconds is None:
             eval_seconds = self.feed.val_targets * (now - budget.start) / (budget.FIRST_FIT * batch.targets * 3)
         total, step_seconds = budget.fitted_plan(progress, eval_seconds, self.config.eval_every)
@@ -644,7 +557,7 @@ class Trainer:
         self.bar.refresh()
 
     def finish(self, stopped: str, validated_at: int, saved_at: int) -> TrainResult:
-        progress = self.progress
+        progress = self.state.progress
         if stopped == "time" and validated_at != progress.step:
             self.validate()
         if saved_at != progress.step:
@@ -658,10 +571,10 @@ class Trainer:
 
     # --- validation, checkpoints, recovery ----------------------------------------------
     def epoch(self) -> float:
-        return self.progress.epoch + self.feed.epoch_fraction(self.progress.position)
+        return self.state.progress.epoch + self.feed.epoch_fraction(self.state.progress.position)
 
     def record(self, event: dict) -> None:
-        event = {"event": event.pop("event"), "step": self.progress.step, "epoch": round(self.epoch(), 4)} | event
+        event = {"event": event.pop("event"), "step": self.state.progress.step, "epoch": round(self.epoch(), 4)} | event
         if self.ranks.main:
             self.metrics.write(event)
         self.history.append(event)
@@ -673,10 +586,10 @@ class Trainer:
             config = self.config
             lr_record = self.scaling.describe(config.batch_size, self.feed.steps_per_epoch, self.schedule)
             checkpoint.write_config(self.run_dir, self.config_record | {"lr_schedule": lr_record,
-                                                                        "summary": summary(self.progress)})
+                                                                        "summary": summary(self.state.progress)})
 
     def validate(self) -> float:
-        progress = self.progress
+        progress = self.state.progress
         val_loss = self.feed.evaluate(self.model)
         if not math.isfinite(val_loss):
             return val_loss  # the caller goes back to the last checkpoint; nothing is saved
@@ -701,24 +614,23 @@ class Trainer:
         lines = self.corpus.mode == "lines"
         n = LINE_SAMPLES if lines else 1
         pieces = sample_text(self.model, self.tokenizer, self.default_prime, self.config.sample_chars, num_samples=n,
-                             temperature=0.8, seed=self.config.seed + self.progress.step, items=lines)
+                             temperature=0.8, seed=self.config.seed + self.state.progress.step, items=lines)
         texts = collect(pieces, n)
         self.log(f"--- sample{'s' if lines else ''} ---\n" + "\n".join(texts) + "\n---")
         if self.on_event is not None:
-            self.on_event({"event": "sample", "step": self.progress.step, "texts": texts})
+            self.on_event({"event": "sample", "step": self.state.progress.step, "texts": texts})
 
     def save(self) -> None:
-        carry = self.carry
+        carry = self.state.carry
         full_carry = carry if carry is None else tuple(self.ranks.gather_streams(part) for part in carry)
         if self.ranks.main:
-            save_checkpoint(self.run_dir, self.model, self.optimizer, self.progress, full_carry, self.rng,
-                            self.config, self.scaler)
+            self.state.save(self.run_dir, asdict(self.config), full_carry)
         self.write_config()
 
     def recover(self, where: str) -> None:
         """A NaN or inf ``where``: never train on it. Go back to the last checkpoint with half
         the learning rate, or stop with a clear message once that has not helped."""
-        config, progress = self.config, self.progress
+        config, progress = self.config, self.state.progress
         tries, factor = progress.nonfinite + 1, progress.lr_factor / 2
         advice = f"lower --base-lr (now {config.base_lr:g}) or --clip, or try --precision fp32"
         if tries > config.nonfinite_retries:
@@ -728,9 +640,7 @@ class Trainer:
             raise ChargenError(f"the {where} became NaN or infinite at step {progress.step:,}, before the first "
                                f"checkpoint; {advice}, and start again with --force")
         bad_step = progress.step
-        restored, self.carry = self._restore()
-        for f in fields(Progress):
-            setattr(progress, f.name, getattr(restored, f.name))
+        self.state.load(self.run_dir, self.device, self.my_streams)
         progress.nonfinite, progress.lr_factor = tries, factor
         self.log(f"the {where} became NaN or infinite at step {bad_step:,}: back to the checkpoint at step "
                  f"{progress.step:,} with the learning rate x{factor:g} ({tries} of {config.nonfinite_retries})")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chargen import ChargenError, checkpoint, load_corpus, train
+from chargen import ChargenError, checkpoint, faults, load_corpus, train
 from conftest import load_script, make_text, tiny_model, tiny_train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,20 +44,15 @@ def test_random_sigkills_lose_nothing(long_text, tmp_path):
 KILL_IN_WRITE = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {tests!r})
-    from chargen import checkpoint, load_corpus, train
+    from chargen import checkpoint, faults, load_corpus, train
     from conftest import tiny_model, tiny_train
 
-    calls = 0
-    real_replace = os.replace
-
-    def replace(src, dst):  # the 7th rename: the temp file is complete, the rename never happens
-        global calls
-        calls += 1
-        if calls == 7:
+    def die_in_the_second_trainer_state_write(path, stage):
+        # the temp file is complete and synced; the rename that would publish it never happens
+        if path.name == "state.safetensors" and stage == "rename" and path.exists():
             os.kill(os.getpid(), signal.SIGKILL)
-        real_replace(src, dst)
 
-    checkpoint.os.replace = replace
+    faults.install(faults.Faults(write=die_in_the_second_trainer_state_write))
     train(load_corpus({text!r}), {run!r}, tiny_model(), tiny_train(steps=30, eval_every=5, precision="fp32"))
 """)
 
@@ -82,51 +77,41 @@ def test_sigkill_in_the_middle_of_a_checkpoint_write(long_text, tmp_path):
     assert all(a[k].equal(b[k]) for k in b)
 
 
-def test_full_disk_during_a_checkpoint_is_a_clear_error(long_text, tmp_path, monkeypatch):
+def test_full_disk_during_a_checkpoint_is_a_clear_error(long_text, tmp_path):
     corpus, run = load_corpus(long_text), tmp_path / "run"
     config = tiny_train(steps=20, eval_every=5, precision="fp32")
-    calls = 0
-    real_fsync = os.fsync
 
-    def fsync(fd):
-        nonlocal calls
-        calls += 1
-        if calls > 8:  # after the first checkpoint or so, the disk fills up
+    def disk_full_after_the_first_checkpoint(path, stage):
+        if stage == "write" and (run / checkpoint.TRAINER).exists():
             raise OSError(errno.ENOSPC, "No space left on device")
-        real_fsync(fd)
 
-    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
-    with pytest.raises(ChargenError, match="No space left on device.*free some disk space.*intact"):
+    with faults.injected(faults.Faults(write=disk_full_after_the_first_checkpoint)), \
+            pytest.raises(ChargenError, match="No space left on device.*free some disk space.*intact"):
         train(corpus, run, tiny_model(), config)
-    monkeypatch.undo()
     loads, step = crash_safety().checkpoint_files_load(run)
-    assert loads and step is not None and step < 20
+    assert loads and step == 5
     assert not [p for d in (run, run / "trainer") for p in d.glob(".*.tmp")]  # cleaned up on the way out
     assert train(corpus, run, config=config, resume=True).step == 20
 
 
-def nan_loss_at(monkeypatch, bad_calls):
-    """Make the training loss NaN on the given calls of cross_entropy in train.py (validation
-    uses its own), the way a blown-up step would."""
-    from types import SimpleNamespace
+def nan_loss(at_steps, once: bool = False) -> faults.Faults:
+    """The training loss NaN at the given steps (counted from 1), the way a blown-up step
+    would be; ``once``: only the first time a step comes round."""
+    seen = set()
 
-    train_module = sys.modules["chargen.train"]
-    real = train_module.F.cross_entropy
-    calls = 0
+    def loss(step, value):
+        if at_steps(step) and not (once and step in seen):
+            seen.add(step)
+            return value * float("nan")
+        return value
 
-    def cross_entropy(*args, **kwargs):
-        nonlocal calls
-        calls += 1
-        loss = real(*args, **kwargs)
-        return loss * float("nan") if bad_calls(calls) else loss
-
-    monkeypatch.setattr(train_module, "F", SimpleNamespace(cross_entropy=cross_entropy))
+    return faults.Faults(loss=loss)
 
 
-def test_a_nan_loss_goes_back_to_the_checkpoint_at_half_the_lr(long_text, tmp_path, monkeypatch):
-    nan_loss_at(monkeypatch, lambda call: call == 13)
-    result = train(load_corpus(long_text), tmp_path / "run", tiny_model(),
-                   tiny_train(steps=20, eval_every=5, precision="fp32"))
+def test_a_nan_loss_goes_back_to_the_checkpoint_at_half_the_lr(long_text, tmp_path):
+    with faults.injected(nan_loss(lambda step: step == 13, once=True)):
+        result = train(load_corpus(long_text), tmp_path / "run", tiny_model(),
+                       tiny_train(steps=20, eval_every=5, precision="fp32"))
     assert result.stopped == "done" and result.step == 20
     (event,) = [e for e in result.history if e["event"] == "nonfinite"]
     assert event["at_step"] == 12 and event["step"] == 10 and event["lr_factor"] == 0.5
@@ -138,10 +123,17 @@ def test_a_nan_loss_goes_back_to_the_checkpoint_at_half_the_lr(long_text, tmp_pa
     assert saved["lr_factor"] == 0.5 and saved["nonfinite"] == 1  # a resume keeps the lower lr
 
 
-def test_nan_that_keeps_coming_stops_with_a_clear_message(long_text, tmp_path, monkeypatch):
-    nan_loss_at(monkeypatch, lambda call: call > 12)
-    with pytest.raises(ChargenError, match="NaN or infinite again.*after 3 returns.*lower --base-lr"):
+def test_nan_that_keeps_coming_stops_with_a_clear_message(long_text, tmp_path):
+    with faults.injected(nan_loss(lambda step: step >= 13)), \
+            pytest.raises(ChargenError, match="NaN or infinite again.*after 3 returns.*lower --base-lr"):
         train(load_corpus(long_text), tmp_path / "run", tiny_model(), tiny_train(steps=20, eval_every=5))
-    nan_loss_at(monkeypatch, lambda call: call >= 2)
-    with pytest.raises(ChargenError, match="before the first checkpoint.*start again with --force"):
+    with faults.injected(nan_loss(lambda step: step >= 2)), \
+            pytest.raises(ChargenError, match="before the first checkpoint.*start again with --force"):
         train(load_corpus(long_text), tmp_path / "early", tiny_model(), tiny_train(steps=20, eval_every=5))
+
+
+def test_no_fault_outside_injected(long_text, tmp_path):
+    """The seams are no-ops once the block ends: the same run then trains clean."""
+    with faults.injected(nan_loss(lambda step: True)), pytest.raises(ChargenError):
+        train(load_corpus(long_text), tmp_path / "a", tiny_model(), tiny_train(steps=4, eval_every=2))
+    assert train(load_corpus(long_text), tmp_path / "b", tiny_model(), tiny_train(steps=4, eval_every=2)).step == 4
