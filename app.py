@@ -110,7 +110,7 @@ def model_card(model: chargen.TrainedModel) -> str:
     corpus = Path(config.get("corpus", {}).get("path", "?")).name
     m = config["model"]
     bpc = (config.get("summary") or {}).get("best_val_bpc")
-    kind = "lines (one item per line)" if model.mode == "lines" else "one stream of text"
+    kind = model.kind.description
     return (f"**{corpus}** · {kind} · {m['layers']}x{m['hidden']} LSTM, {config.get('parameters', 0):,} parameters"
             f" · validation {'n/a' if bpc is None else f'{bpc:.3f}'} bits/char")
 
@@ -211,7 +211,7 @@ def make_handlers(shelf: Shelf, limits: Limits):
             model = shelf.get(model_name)
         except ChargenError as e:
             return f"*{e}*", gr.update()
-        hint = "prefix every item starts with (may be empty)" if model.mode == "lines" else "text to continue"
+        hint = model.kind.prime_hint
         return model_card(model), gr.update(placeholder=hint)
 
     return generate, continue_, describe

@@ -16,6 +16,7 @@ from .errors import ChargenError
 from .evaluate import bpc, evaluate_items, evaluate_streams
 from .lines import file_items, item_tokenizer, known_items, read_item_hashes
 from .model import CharLSTM, LeanStep, ModelConfig
+from .modes import ModeName, mode_of
 from .sample import LEAN_MAX_SAMPLES, Sampler, collect
 from .textfile import encode_file, scan_text, tokenizer_for
 from .tokenizer import CharTokenizer, recode, unknown_chars_error
@@ -29,9 +30,10 @@ class TrainedModel:
         self.tokenizer = tokenizer
         self.config = config
         self.run_dir = run_dir
-        self.mode: str = config.get("mode", "stream")
+        self.kind = mode_of(config.get("mode", "stream"))
+        self.mode: ModeName = self.kind.name
         # Lines mode starts every item from <bos>: no prime needed.
-        self.default_prime: str = "" if self.mode == "lines" else config.get("default_prime") or tokenizer.chars[0]
+        self.default_prime: str = "" if self.kind.items else config.get("default_prime") or tokenizer.chars[0]
         self._item_hashes: torch.Tensor | None = None
         self._step: LeanStep | None = None  # built once: every sampler shares it
 
@@ -63,7 +65,7 @@ class TrainedModel:
         if self._step is None and num_samples <= LEAN_MAX_SAMPLES:
             self._step = self.model.stepper()
         return Sampler(self.model, self.tokenizer, prime or self.default_prime, num_samples=num_samples, seed=seed,
-                       items=self.mode == "lines", step=self._step)
+                       items=self.kind.items, step=self._step)
 
     def stream(self, prime: str = "", length: int = 500, **options) -> Iterator[str]:
         """Yields the continuation of ``prime`` a character at a time (for live display)."""
@@ -99,7 +101,7 @@ class TrainedModel:
         """``ids`` are in the text's own vocabulary; they are recoded (in place) to the
         model's once every character is known to be in it."""
         items = None
-        if self.mode == "lines":
+        if self.kind.items:
             items = file_items(ids, text_tokenizer)
             if not len(items):
                 raise ChargenError("the evaluation text has no non-blank lines")

@@ -293,8 +293,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     model = load(args.run_dir, device=args.device, weights=args.weights)
     options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     out = sys.stdout
-    if model.mode == "lines":
-        n = args.num_samples or 10
+    if model.kind.items:
+        n = args.num_samples or model.kind.default_samples
         items = [args.prime + text for text in model.generate_batch(args.prime, args.length, num_samples=n, **options)]
         if args.new_only:
             seen = model.is_training_item(items)
@@ -304,7 +304,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         return 0
     if args.new_only:
         raise ChargenError("--new-only is for runs trained in lines mode; this run is one stream of text")
-    n = args.num_samples or 1
+    n = args.num_samples or model.kind.default_samples
     if n == 1:  # stream it as it comes
         pieces = model.stream(args.prime, args.length, **options)  # checks the prime first
         out.write(args.prime)

@@ -19,6 +19,7 @@ import torch
 
 from .errors import ChargenError
 from .lines import MODES, LineItems, detect_mode, file_items, held_out, item_tokenizer
+from .modes import ModeName
 from .textfile import encode_file, read_head, scan_text, tokenizer_for
 from .tokenizer import CharTokenizer
 
@@ -39,7 +40,7 @@ class Corpus:
 
     source: dict
     tokenizer: CharTokenizer
-    mode: str = "stream"
+    mode: ModeName = "stream"
     train_ids: np.ndarray | None = None
     val_ids: np.ndarray | None = None
     train_items: LineItems | None = None

@@ -31,11 +31,11 @@ from .evaluate import LN2
 from .feeds import Batch, LinesFeed, StreamFeed
 from .lines import IGNORE, write_item_hashes
 from .model import CharLSTM, ModelConfig, detach_state
+from .modes import StopReason, mode_of
 from .sample import collect, sample_text
 from .schedule import BatchScaling, WarmupDecay, format_schedule
 
 DEFAULT_EPOCHS = 10
-LINE_SAMPLES = 8  # items printed at each validation in lines mode
 MAX_SAMPLE_CHARS = 100_000  # the sample printed at each validation: past this, a long wait for a glimpse
 MAX_EPOCHS = 1e9  # a bound that keeps every step count an exact integer
 MAX_SEED = 2**32 - 1  # what every generator (numpy's, torch's, a rank's offset) takes as it is
@@ -119,7 +119,7 @@ class TrainResult:
     epoch: float
     best_val_loss: float | None
     last_val_loss: float | None
-    stopped: str  # "done", "time" (hit --max-time) or "interrupted" (SIGINT / SIGTERM)
+    stopped: StopReason
     history: list[dict] = field(default_factory=list)
     model: CharLSTM | None = field(default=None, repr=False)  # the trained model, latest weights
 
@@ -181,7 +181,7 @@ def param_groups(model: CharLSTM, weight_decay: float) -> list[dict]:
 
 def make_feed(corpus: Corpus, config: TrainConfig, device: torch.device,
               ranks: Ranks = SINGLE) -> StreamFeed | LinesFeed:
-    if corpus.mode == "lines":
+    if mode_of(corpus.mode).items:
         return LinesFeed(corpus.train_items, corpus.val_items, config.batch_size, config.bucket_factor,
                          config.seed, device)
     return StreamFeed(corpus.train_ids, corpus.val_ids, config.batch_size, config.bptt, config.variable_bptt,
@@ -216,8 +216,7 @@ def check_resume(saved: dict, corpus: Corpus, model_config: ModelConfig | None, 
     saved_model = ModelConfig.from_dict(saved["model"])
     if model_config is not None and replace(model_config, vocab_size=saved_model.vocab_size) != saved_model:
         raise ChargenError("the model settings differ from the saved run's; drop them to resume as saved")
-    layout = ("batch_size", "bucket_factor") if corpus.mode == "lines" else ("batch_size", "bptt", "variable_bptt")
-    for name in layout:
+    for name in mode_of(corpus.mode).resume_layout:
         if getattr(config, name) != saved["train"].get(name):
             raise ChargenError(
                 f"--{name.replace('_', '-')} differs from the saved run's ({saved['train'].get(name)}); "
@@ -308,7 +307,7 @@ class StopPolicy:
         return self.out_of_time
 
     @property
-    def reason(self) -> str:
+    def reason(self) -> StopReason:
         return "interrupted" if self.asked else "time" if self.out_of_time else "done"
 
 
@@ -341,6 +340,7 @@ class Trainer:
                  resume: bool, force: bool, log: Callable[[str], None] | None, progress_bar: bool,
                  on_event: Callable[[dict], None] | None, ranks: Ranks) -> None:
         check_distributed(corpus, config, ranks)
+        self.mode = mode_of(corpus.mode)
         if not ranks.main:  # one voice: rank 0 logs, shows progress and reports events
             log, progress_bar, on_event = None, False, None
         self.corpus, self.run_dir, self.config, self.ranks = corpus, run_dir, config, ranks
@@ -414,7 +414,7 @@ class Trainer:
             def start_folder() -> None:
                 checkpoint.prepare_new_run(run_dir, force, 4 * n_params * checkpoint.NEW_RUN_COPIES)
                 checkpoint.write_tokenizer(run_dir, self.tokenizer)
-                if self.corpus.mode == "lines":
+                if self.mode.items:
                     write_item_hashes(run_dir / checkpoint.ITEMS, self.corpus.train_items.strings(self.tokenizer))
 
             ranks.check_on_main(start_folder)
@@ -434,7 +434,7 @@ class Trainer:
     def _log_start(self, resume: bool, precision_note: str) -> None:
         config, feed, progress, corpus = self.config, self.feed, self.state.progress, self.corpus
         if "mode_reason" in corpus.source:  # --mode auto chose
-            other = "stream" if corpus.mode == "lines" else "lines"
+            other = "stream" if self.mode.items else "lines"
             self.log(f"mode: {corpus.mode}: {corpus.source['mode_reason']} (--mode {other} to override)")
         self.log(f"{'resuming' if resume else 'training'} {self.run_dir}: {feed.describe()}, vocabulary "
                  f"{self.tokenizer.vocab_size}, {self.model.num_parameters():,} parameters, device {self.device} "
@@ -556,7 +556,7 @@ class Trainer:
         progress.total_steps = self.schedule.total_steps = self.bar.total = total
         self.bar.refresh()
 
-    def finish(self, stopped: str, validated_at: int, saved_at: int) -> TrainResult:
+    def finish(self, stopped: StopReason, validated_at: int, saved_at: int) -> TrainResult:
         progress = self.state.progress
         if stopped == "time" and validated_at != progress.step:
             self.validate()
@@ -611,12 +611,11 @@ class Trainer:
 
     def show_samples(self) -> None:
         """Lines mode: a few items; a stream: one passage."""
-        lines = self.corpus.mode == "lines"
-        n = LINE_SAMPLES if lines else 1
+        n, items = self.mode.samples_shown, self.mode.items
         pieces = sample_text(self.model, self.tokenizer, self.default_prime, self.config.sample_chars, num_samples=n,
-                             temperature=0.8, seed=self.config.seed + self.state.progress.step, items=lines)
+                             temperature=0.8, seed=self.config.seed + self.state.progress.step, items=items)
         texts = collect(pieces, n)
-        self.log(f"--- sample{'s' if lines else ''} ---\n" + "\n".join(texts) + "\n---")
+        self.log(f"--- sample{'s' if n > 1 else ''} ---\n" + "\n".join(texts) + "\n---")
         if self.on_event is not None:
             self.on_event({"event": "sample", "step": self.state.progress.step, "texts": texts})
 
@@ -653,8 +652,8 @@ class Trainer:
 
 def check_distributed(corpus: Corpus, config: TrainConfig, ranks: Ranks) -> None:
     if ranks.active:
-        if corpus.mode == "lines":
-            raise ChargenError("lines mode does not train under torchrun yet; train it in one process")
+        if not mode_of(corpus.mode).distributable:
+            raise ChargenError(f"{corpus.mode} mode does not train under torchrun yet; train it in one process")
         if config.batch_size % ranks.world:
             raise ChargenError(f"--batch-size {config.batch_size} (the global batch) does not divide among "
                                f"{ranks.world} processes; use a multiple of {ranks.world}")
@@ -663,7 +662,7 @@ def check_distributed(corpus: Corpus, config: TrainConfig, ranks: Ranks) -> None
 def first_prime(corpus: Corpus) -> str:
     """What samples start from: a stream starts best after a line break; an item starts
     from <bos> (no prime)."""
-    if corpus.mode == "lines":
+    if mode_of(corpus.mode).items:
         return ""
     return "\n" if "\n" in corpus.tokenizer else corpus.tokenizer.decode(corpus.train_ids[:1])
 

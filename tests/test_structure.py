@@ -35,3 +35,13 @@ def test_evaluation_is_one_module():
         if module.stem != "evaluate":
             assert "def evaluate_streams" not in source and "def evaluate_items" not in source, module.name
             assert "math.log(2)" not in source, module.name
+
+
+def test_what_differs_between_modes_is_asked_of_the_mode():
+    """Outside the data layer, code asks the mode object (chargen.modes) what it needs, and
+    never compares a mode's name."""
+    for path in [*PACKAGE.glob("*.py"), PACKAGE.parent / "app.py"]:
+        if path.stem in ("corpus", "lines", "modes"):
+            continue
+        source = path.read_text(encoding="utf-8")
+        assert '== "lines"' not in source and '== "stream"' not in source, path.name
