@@ -31,7 +31,7 @@ import gradio as gr
 import chargen
 from chargen import ChargenError, ModelConfig, TrainConfig, checkpoint
 from chargen.evaluate import LN2
-from chargen.sample import Sampler
+from chargen.sample import DEFAULTS, Sampler
 
 ROOT = Path(__file__).resolve().parent
 
@@ -145,9 +145,9 @@ def clamp(value: float | None, low: float, high: float, default: float) -> float
 
 
 def sampling_options(limits: Limits, length, temperature, top_k, top_p) -> tuple[int, dict]:
-    length = int(clamp(length, 1, limits.max_length, 500))
-    options = dict(temperature=clamp(temperature, 0.0, 2.0, 0.8), top_k=int(clamp(top_k, 0, 1000, 0)),
-                   top_p=clamp(top_p, 0.01, 1.0, 1.0))
+    length = int(clamp(length, 1, limits.max_length, DEFAULTS.length))
+    options = dict(temperature=clamp(temperature, 0.0, 2.0, DEFAULTS.temperature),
+                   top_k=int(clamp(top_k, 0, 1000, DEFAULTS.top_k)), top_p=clamp(top_p, 0.01, 1.0, DEFAULTS.top_p))
     return length, options
 
 
@@ -376,13 +376,14 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits = Limits()) -> gr
             card = gr.Markdown()
             prime = gr.Textbox(label="prime", lines=2, max_length=limits.max_prime)
             with gr.Row():
-                length = gr.Slider(1, limits.max_length, value=500, step=1, label="length (characters)")
+                length = gr.Slider(1, limits.max_length, value=DEFAULTS.length, step=1, label="length (characters)")
                 num_samples = gr.Slider(1, limits.max_samples, value=1, step=1, label="samples")
                 seed = gr.Number(-1, label="seed (-1: random)", precision=0, minimum=-1)
             with gr.Accordion("sampling", open=False), gr.Row():
-                temperature = gr.Slider(0.0, 2.0, value=0.8, step=0.05, label="temperature (0: greedy)")
-                top_k = gr.Slider(0, 200, value=0, step=1, label="top-k (0: off)")
-                top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="top-p (1: off)")
+                temperature = gr.Slider(0.0, 2.0, value=DEFAULTS.temperature, step=0.05,
+                                        label="temperature (0: greedy)")
+                top_k = gr.Slider(0, 200, value=DEFAULTS.top_k, step=1, label="top-k (0: off)")
+                top_p = gr.Slider(0.01, 1.0, value=DEFAULTS.top_p, step=0.01, label="top-p (1: off)")
             with gr.Row():
                 generate_button = gr.Button("Generate", variant="primary")
                 continue_button = gr.Button("Continue")

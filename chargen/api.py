@@ -17,7 +17,7 @@ from .evaluate import bpc, evaluate_items, evaluate_streams
 from .lines import file_items, item_tokenizer, known_items, read_item_hashes
 from .model import CharLSTM, LeanStep, ModelConfig
 from .modes import ModeName, mode_of
-from .sample import LEAN_MAX_SAMPLES, Sampler, collect
+from .sample import DEFAULTS, LEAN_MAX_SAMPLES, Sampler, collect
 from .textfile import encode_file, scan_text, tokenizer_for
 from .tokenizer import CharTokenizer, recode, unknown_chars_error
 
@@ -44,12 +44,12 @@ class TrainedModel:
     def stream_batch(
         self,
         prime: str = "",
-        length: int = 500,
+        length: int = DEFAULTS.length,
         *,
         num_samples: int = 1,
-        temperature: float = 0.8,
-        top_k: int = 0,
-        top_p: float = 1.0,
+        temperature: float = DEFAULTS.temperature,
+        top_k: int = DEFAULTS.top_k,
+        top_p: float = DEFAULTS.top_p,
         seed: int | None = None,
     ) -> Iterator[list[str]]:
         """Yields, for each step, the new character of each of ``num_samples`` samples,
@@ -67,11 +67,12 @@ class TrainedModel:
         return Sampler(self.model, self.tokenizer, prime or self.default_prime, num_samples=num_samples, seed=seed,
                        items=self.kind.items, step=self._step)
 
-    def stream(self, prime: str = "", length: int = 500, **options) -> Iterator[str]:
+    def stream(self, prime: str = "", length: int = DEFAULTS.length, **options) -> Iterator[str]:
         """Yields the continuation of ``prime`` a character at a time (for live display)."""
         return (pieces[0] for pieces in self.stream_batch(prime, length, num_samples=1, **options))
 
-    def generate_batch(self, prime: str = "", length: int = 500, *, num_samples: int = 1, **options) -> list[str]:
+    def generate_batch(self, prime: str = "", length: int = DEFAULTS.length, *, num_samples: int = 1,
+                       **options) -> list[str]:
         """``num_samples`` continuations of ``prime`` (the prime itself not included)."""
         return collect(self.stream_batch(prime, length, num_samples=num_samples, **options), num_samples)
 
@@ -81,7 +82,7 @@ class TrainedModel:
             self._item_hashes = read_item_hashes(self.run_dir / checkpoint.ITEMS)
         return known_items(self._item_hashes, items)
 
-    def generate(self, prime: str = "", length: int = 500, **options) -> str:
+    def generate(self, prime: str = "", length: int = DEFAULTS.length, **options) -> str:
         """One continuation of ``prime`` (the prime itself not included)."""
         return self.generate_batch(prime, length, num_samples=1, **options)[0]
 

@@ -17,6 +17,7 @@ from .device import PRECISIONS
 from .errors import ChargenError
 from .lines import MODES
 from .model import ModelConfig
+from .sample import DEFAULTS as SAMPLING
 from .schedule import DECAYS, SCALINGS
 from .textfile import ERROR_POLICIES
 from .train import DEFAULT_EPOCHS, MAX_SEED, TrainConfig
@@ -184,13 +185,14 @@ def add_sample(commands: argparse._SubParsersAction) -> None:
     s.add_argument("run_dir", metavar="RUN_DIR")
     s.add_argument("--prime", default="",
                    help="text to start from (default: a fresh start); in lines mode, how every item starts")
-    s.add_argument("--length", type=int, default=500,
+    s.add_argument("--length", type=int, default=SAMPLING.length,
                    help="characters to generate per sample; in lines mode the most per item, which "
                    "otherwise ends where the model ends it (default %(default)s)")
-    s.add_argument("--temperature", type=finite_float, default=0.8,
+    s.add_argument("--temperature", type=finite_float, default=SAMPLING.temperature,
                    help="0 is greedy; higher is wilder (default %(default)s)")
-    s.add_argument("--top-k", type=int, default=0, help="sample only from the k likeliest (default 0: off)")
-    s.add_argument("--top-p", type=finite_float, default=1.0,
+    s.add_argument("--top-k", type=int, default=SAMPLING.top_k,
+                   help="sample only from the k likeliest (default 0: off)")
+    s.add_argument("--top-p", type=finite_float, default=SAMPLING.top_p,
                    help="sample only from the top-p probability mass (default 1: off)")
     s.add_argument("--seed", type=seed, help="random seed for a repeatable sample")
     s.add_argument("--num-samples", type=int,

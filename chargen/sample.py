@@ -5,12 +5,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
 from .errors import ChargenError
 from .model import CharLSTM, LeanStep, State
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, CharTokenizer
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How each next character is drawn, and how many. Its defaults are the defaults of the
+    API, the CLI, the app and the samples shown during training: written here once."""
+
+    temperature: float = 0.8  # 0 is greedy; higher is wilder
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
+    length: int = 500
+
+
+DEFAULTS = SamplingOptions()
 
 # Beyond these a request is a mistake, or a wait of hours: 10 M characters is about 20
 # minutes of one sample on a small CPU, and a batch's texts are held in memory.
@@ -134,7 +149,8 @@ class Sampler:
         """What each sample has drawn so far, the prime not included."""
         return ["".join(drawn) for drawn in self._drawn]
 
-    def pieces(self, length: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+    def pieces(self, length: int, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
+               top_p: float = DEFAULTS.top_p
                ) -> Iterator[list[str]]:
         """Yields up to ``length`` steps, each the new character of every sample ("" for an
         item that has ended); the steps stop early once every item has ended. The options
@@ -171,9 +187,9 @@ def sample_text(
     length: int,
     *,
     num_samples: int = 1,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
+    temperature: float = DEFAULTS.temperature,
+    top_k: int = DEFAULTS.top_k,
+    top_p: float = DEFAULTS.top_p,
     seed: int | None = None,
     items: bool = False,
 ) -> Iterator[list[str]]:

@@ -32,6 +32,7 @@ from .feeds import Batch, LinesFeed, StreamFeed
 from .lines import IGNORE, write_item_hashes
 from .model import CharLSTM, ModelConfig, detach_state
 from .modes import StopReason, mode_of
+from .sample import DEFAULTS as SAMPLING
 from .sample import collect, sample_text
 from .schedule import BatchScaling, WarmupDecay, format_schedule
 
@@ -613,7 +614,8 @@ class Trainer:
         """Lines mode: a few items; a stream: one passage."""
         n, items = self.mode.samples_shown, self.mode.items
         pieces = sample_text(self.model, self.tokenizer, self.default_prime, self.config.sample_chars, num_samples=n,
-                             temperature=0.8, seed=self.config.seed + self.state.progress.step, items=items)
+                             temperature=SAMPLING.temperature, seed=self.config.seed + self.state.progress.step,
+                             items=items)
         texts = collect(pieces, n)
         self.log(f"--- sample{'s' if n > 1 else ''} ---\n" + "\n".join(texts) + "\n---")
         if self.on_event is not None:

@@ -45,3 +45,23 @@ def test_what_differs_between_modes_is_asked_of_the_mode():
             continue
         source = path.read_text(encoding="utf-8")
         assert '== "lines"' not in source and '== "stream"' not in source, path.name
+
+
+def test_sampling_defaults_are_written_once():
+    """The API, the sampler, the CLI and the app take their sampling defaults from one
+    SamplingOptions: the same call draws the same text through each."""
+    import inspect
+
+    from chargen.api import TrainedModel
+    from chargen.cli import build_parser
+    from chargen.sample import DEFAULTS, Sampler
+
+    assert inspect.signature(Sampler.pieces).parameters["temperature"].default == DEFAULTS.temperature
+    for name in ("temperature", "top_k", "top_p"):
+        assert inspect.signature(TrainedModel.stream_batch).parameters[name].default == getattr(DEFAULTS, name)
+    args = build_parser().parse_args(["sample", "RUN"])
+    assert (args.temperature, args.top_k, args.top_p, args.length) == \
+        (DEFAULTS.temperature, DEFAULTS.top_k, DEFAULTS.top_p, DEFAULTS.length)
+    for path in [*PACKAGE.glob("*.py"), PACKAGE.parent / "app.py"]:
+        if path.stem != "sample":
+            assert "=0.8" not in path.read_text(encoding="utf-8").replace(" ", ""), path.name
