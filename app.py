@@ -17,12 +17,13 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse
+import contextlib
 import math
 import queue
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,7 +128,23 @@ class Writing:
     seed: int | None
     rounds: int = 1
     done_items: list[str] = field(default_factory=list)  # lines mode: items of earlier rounds
-    busy: bool = False  # a generation is drawing from the sampler now
+    # Held while a generation draws from the sampler. Gradio runs handlers in threads, so a
+    # check-then-set flag could let Continue, pressed twice, run two on the one sampler.
+    drawing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def busy(self) -> bool:
+        return self.drawing.locked()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The sampler to this generation alone, or the busy message at once."""
+        if not self.drawing.acquire(blocking=False):  # e.g. Continue pressed twice
+            raise gr.Error(BUSY)
+        try:
+            yield
+        finally:
+            self.drawing.release()
 
     def text(self) -> str:
         if self.sampler.items:
@@ -151,13 +168,14 @@ def sampling_options(limits: Limits, length, temperature, top_k, top_p) -> tuple
     return length, options
 
 
-def stream_text(writing: Writing, length: int, options: dict) -> Iterator[tuple[str, Writing]]:
+def stream_text(writing: Writing, length: int, options: dict,
+                first: Callable[[], None] | None = None) -> Iterator[tuple[str, Writing]]:
     """The session's text as it grows: at once after the first character, then at most
-    every STREAM_EVERY seconds, and whole at the end."""
-    if writing.busy:  # e.g. Continue pressed twice: one sampler, one generation at a time
-        raise gr.Error(BUSY)
-    writing.busy = True
-    try:
+    every STREAM_EVERY seconds, and whole at the end. ``first`` runs once the sampler is
+    this generation's alone (Continue's new round of items)."""
+    with writing.exclusive():
+        if first is not None:
+            first()
         last = 0.0
         for i, _ in enumerate(writing.sampler.pieces(length, **options)):
             now = time.perf_counter()
@@ -165,8 +183,6 @@ def stream_text(writing: Writing, length: int, options: dict) -> Iterator[tuple[
                 last = now
                 yield writing.text(), writing
         yield writing.text(), writing
-    finally:
-        writing.busy = False
 
 
 def make_handlers(shelf: Shelf, limits: Limits):
@@ -192,19 +208,20 @@ def make_handlers(shelf: Shelf, limits: Limits):
             raise gr.Error("Nothing to continue yet: press Generate first.")
         if writing.model_name != model_name:
             raise gr.Error("The model changed since this text was written; press Generate to start with it.")
-        if writing.busy:
-            raise gr.Error(BUSY)
         length, options = sampling_options(limits, length, temperature, top_k, top_p)
+        new_round = None
         if writing.sampler.items:  # items have ended: a new round of them, below the others
             try:
                 model = shelf.get(model_name)
             except ChargenError as e:
                 raise gr.Error(str(e)) from None
-            writing.done_items += [writing.prime + t for t in writing.sampler.texts]
-            seed = None if writing.seed is None else writing.seed + writing.rounds
-            writing.sampler = model.sampler(writing.prime, num_samples=writing.sampler.num_samples, seed=seed)
-            writing.rounds += 1
-        yield from stream_text(writing, length, options)
+
+            def new_round() -> None:
+                writing.done_items += [writing.prime + t for t in writing.sampler.texts]
+                seed = None if writing.seed is None else writing.seed + writing.rounds
+                writing.sampler = model.sampler(writing.prime, num_samples=writing.sampler.num_samples, seed=seed)
+                writing.rounds += 1
+        yield from stream_text(writing, length, options, new_round)
 
     def describe(model_name):
         try:

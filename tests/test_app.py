@@ -213,3 +213,38 @@ def test_one_generation_at_a_time_per_text(trained_run):
     first.close()  # what a cancel does
     *_, (text, _) = app.stream_text(writing, 10, {})
     assert text.startswith("the ") and not writing.busy
+
+
+def test_only_one_of_many_threads_draws_from_a_text(trained_run):
+    """Gradio runs handlers in threads: of many generations started on one text at the same
+    moment, exactly one draws, and the others get the busy message."""
+    import threading
+
+    import gradio as gr
+
+    import chargen
+
+    app = load_script("app.py")
+    model = chargen.load(trained_run, device="cpu")
+    writing = app.Writing("m", "the ", model.sampler("the ", seed=1), 1)
+    start, outcomes, running = threading.Barrier(8), [], []
+
+    def press():
+        pieces = app.stream_text(writing, 50, {})
+        start.wait()
+        try:
+            next(pieces)
+            running.append(pieces)
+            outcomes.append("drew")
+        except gr.Error:
+            outcomes.append("busy")
+
+    threads = [threading.Thread(target=press) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == ["busy"] * 7 + ["drew"]
+    for pieces in running:
+        pieces.close()
+    assert not writing.busy
