@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import faults
 from .errors import ChargenError
 from .storage import TMP_SUFFIX, MetricsLog, atomic_write, load_tensors, read_json, save_tensors, write_json
 from .tokenizer import CharTokenizer
@@ -90,6 +91,7 @@ def check_room(run_dir: Path, checkpoint_bytes: int) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test.{os.getpid()}{TMP_SUFFIX}"
+        faults.write(probe, "write")
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         probe.unlink()
         free = shutil.disk_usage(run_dir).free

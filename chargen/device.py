@@ -48,18 +48,20 @@ MIN_BF16_SPEEDUP = 1.15
 
 def _lstm_step(device: torch.device, dtype: torch.dtype | None, hidden: int, batch: int, steps: int) -> float:
     """One training step of a small embedding -> LSTM -> head under autocast to ``dtype``
-    (None: fp32): forward, loss, backward. Returns the loss; raises what the kernels raise."""
-    generator = torch.Generator().manual_seed(0)
-    lstm = torch.nn.LSTM(16, hidden, 2).to(device)
-    head = torch.nn.Linear(hidden, 32).to(device)
-    x = torch.randn(steps, batch, 16, generator=generator).to(device)
-    y = torch.randint(0, 32, (steps * batch,), generator=generator).to(device)
-    with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-        out, _ = lstm(x)
-        logits = head(out)
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), y)
-    loss.backward()
-    return loss.item()
+    (None: fp32): forward, loss, backward. Returns the loss; raises what the kernels raise.
+    The caller's random state is left as it was: a probe must not change what a seeded run draws."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(0)
+        lstm = torch.nn.LSTM(16, hidden, 2).to(device)
+        head = torch.nn.Linear(hidden, 32).to(device)
+        x = torch.randn(steps, batch, 16).to(device)
+        y = torch.randint(0, 32, (steps * batch,)).to(device)
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            out, _ = lstm(x)
+            logits = head(out)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y)
+        loss.backward()
+        return loss.item()
 
 
 @functools.cache

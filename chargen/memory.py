@@ -109,7 +109,7 @@ def available_bytes(device: torch.device) -> int | None:
     return min(found) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
 
 
-def gib(n: float) -> str:
+def size_text(n: float) -> str:
     return f"{n / 2**30:,.1f} GB" if n >= 2**29 else f"{n / 2**20:,.0f} MB"
 
 
@@ -120,11 +120,11 @@ def check_fits(need: TrainingMemory, device: torch.device, available: int | None
         return
     where = "this GPU has" if device.type == "cuda" else "this machine has"
     time_steps, batch = need.batch
-    parts = [f"{gib(need.state)} for the weights, gradients and AdamW state of {need.parameters:,} parameters",
-             f"{gib(need.activations)} of activations for batches of {batch} x {time_steps}"]
+    parts = [f"{size_text(need.state)} for the weights, gradients and AdamW state of {need.parameters:,} parameters",
+             f"{size_text(need.activations)} of activations for batches of {batch} x {time_steps}"]
     if device.type == "cpu" and need.checkpoint > need.activations:
-        parts[1] = f"{gib(need.checkpoint)} to write a checkpoint"
+        parts[1] = f"{size_text(need.checkpoint)} to write a checkpoint"
     advice = "lower --hidden or --layers" if need.state > need.activations else \
         "lower --batch-size or --bptt (or --hidden)"
-    raise ChargenError(f"training this model needs about {gib(total)} ({', '.join(parts)}) but {where} "
-                       f"{gib(available)} free; {advice}")
+    raise ChargenError(f"training this model needs about {size_text(total)} ({', '.join(parts)}) but {where} "
+                       f"{size_text(available)} free; {advice}")

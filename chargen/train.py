@@ -38,6 +38,7 @@ from .schedule import BatchScaling, WarmupDecay, format_schedule
 
 DEFAULT_EPOCHS = 10
 MAX_SAMPLE_CHARS = 100_000  # the sample printed at each validation: past this, a long wait for a glimpse
+PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}  # autocast dtype -> name
 MAX_EPOCHS = 1e9  # a bound that keeps every step count an exact integer
 MAX_SEED = 2**32 - 1  # what every generator (numpy's, torch's, a rank's offset) takes as it is
 
@@ -189,9 +190,8 @@ def make_feed(corpus: Corpus, config: TrainConfig, device: torch.device,
                       device, ranks)
 
 
-def run_config(
-    model_config: ModelConfig, config: TrainConfig, corpus: Corpus, default_prime: str, n_params: int
-) -> dict:
+def run_config(model_config: ModelConfig, config: TrainConfig, corpus: Corpus, default_prime: str, n_params: int,
+               autocast_dtype: torch.dtype | None) -> dict:
     return {
         "chargen_version": __version__,
         "mode": corpus.mode,
@@ -200,6 +200,7 @@ def run_config(
         "corpus": corpus.source,
         "default_prime": default_prime,
         "parameters": n_params,
+        "precision_used": PRECISION_NAMES[autocast_dtype],
     }
 
 
@@ -347,9 +348,9 @@ class Trainer:
         self.corpus, self.run_dir, self.config, self.ranks = corpus, run_dir, config, ranks
         self.log, self.on_event, self.progress_bar = log or (lambda message: None), on_event, progress_bar
         self.device = resolve_device(config.device)
-        self.autocast_dtype, precision_note = self._precision()
+        saved = checkpoint.read_config(run_dir) if resume else {}
+        self.autocast_dtype, precision_note = self._precision(saved.get("precision_used"))
         if resume:
-            saved = checkpoint.read_config(run_dir)
             self.model_config = check_resume(saved, corpus, model_config, config)
             self.tokenizer = checkpoint.read_tokenizer(run_dir)
             if self.tokenizer.chars != corpus.tokenizer.chars:  # (the corpus's ids are in its own vocabulary)
@@ -373,8 +374,19 @@ class Trainer:
         self._log_start(resume, precision_note)
 
     # --- set-up --------------------------------------------------------------------------
-    def _precision(self) -> tuple[torch.dtype | None, str]:
-        dtype, note = resolve_precision(self.config.precision, self.device)
+    def _precision(self, saved: str | None) -> tuple[torch.dtype | None, str]:
+        """The autocast dtype. A resumed ``auto`` run keeps the precision it trained in, where
+        that still runs, rather than timing again (a close call could flip, and then the
+        resume would no longer be exact)."""
+        dtype, note = None, ""
+        if self.config.precision == "auto" and saved in PRECISION_NAMES.values():
+            try:
+                dtype, note = resolve_precision(saved, self.device)
+                note += ", as the run trained so far"
+            except ChargenError:  # it does not run on this machine: choose afresh
+                pass
+        if not note:
+            dtype, note = resolve_precision(self.config.precision, self.device)
         if self.ranks.active:  # one precision for all: rank 0's (auto times bf16 on each rank)
             dtypes = [None, torch.bfloat16, torch.float16]
             dtype = dtypes[self.ranks.from_main(dtypes.index(dtype), self.device)]
@@ -429,7 +441,7 @@ class Trainer:
         self.schedule = self.scaling.schedule(config.batch_size, feed.steps_per_epoch, progress.total_steps,
                                               config.decay, max_warmup_steps=progress.requested_steps // 2)
         self.config_record = run_config(self.model_config, config, self.corpus, self.default_prime,
-                                        self.model.num_parameters())
+                                        self.model.num_parameters(), self.autocast_dtype)
         self.write_config()
 
     def _log_start(self, resume: bool, precision_note: str) -> None:

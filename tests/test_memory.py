@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from chargen import ChargenError, load_corpus, memory, train
+from chargen import ChargenError, checkpoint, faults, load_corpus, memory, train
 from chargen.cli import main
 from chargen.model import CharLSTM, ModelConfig
 from conftest import TINY_FLAGS, tiny_model, tiny_train
@@ -104,16 +104,15 @@ def test_no_room_for_the_checkpoints_is_refused_at_the_start(tmp_path, corpus_fi
         train(load_corpus(corpus_file), tmp_path / "run", tiny_model(), tiny_train())
 
 
-def test_a_resumed_run_in_a_folder_gone_read_only_is_refused_before_training(tmp_path, corpus_file, monkeypatch):
+def test_a_resumed_run_in_a_folder_gone_read_only_is_refused_before_training(tmp_path, corpus_file):
     corpus = load_corpus(corpus_file)
     train(corpus, tmp_path / "run", tiny_model(), tiny_train(steps=4, eval_every=2))
-    real_open = os.open
+    before = checkpoint.load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]["step"]
 
-    def read_only(path, flags, *args):
-        if ".write-test" in str(path):
-            raise PermissionError(13, "Permission denied")
-        return real_open(path, flags, *args)
+    def read_only(path, stage):
+        raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(os, "open", read_only)
-    with pytest.raises(ChargenError, match="cannot write to .*Permission denied"):
+    with faults.injected(faults.Faults(write=read_only)), \
+            pytest.raises(ChargenError, match="cannot write to .*Permission denied"):
         train(corpus, tmp_path / "run", None, tiny_train(steps=8, eval_every=2), resume=True)
+    assert checkpoint.load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]["step"] == before

@@ -96,3 +96,30 @@ def test_an_avx2_cpu_trains_in_fp32_and_refuses_bf16_in_one_line(tmp_path, corpu
                           capture_output=True, text=True, timeout=120)
     assert auto.returncode == 0, auto.stderr
     assert "device cpu (fp32: bf16 autocast does not run on this CPU" in auto.stderr
+
+
+def test_the_probes_leave_the_callers_random_state_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    device_module.autocast_problem.__wrapped__(CPU, torch.bfloat16)
+    device_module._lstm_step(CPU, None, hidden=8, batch=2, steps=3)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_resumed_auto_run_keeps_its_precision(tmp_path, corpus_file, monkeypatch):
+    """auto times bf16 against fp32 once, when the run starts; a resume keeps that choice (a
+    close call timed again could flip, and the resume would no longer be exact)."""
+    from chargen import load_corpus, train
+    from chargen.checkpoint import read_config
+    from conftest import tiny_model, tiny_train
+
+    corpus, lines = load_corpus(corpus_file), []
+    train(corpus, tmp_path / "run", tiny_model(), tiny_train(steps=4, eval_every=2))
+    first = read_config(tmp_path / "run")["precision_used"]
+    assert first in ("fp32", "bf16")
+    flipped = 0.5 if first == "bf16" else 3.0  # what a new timing would now say
+    monkeypatch.setattr(device_module, "bf16_speedup", lambda device: flipped)
+    train(corpus, tmp_path / "run", None, tiny_train(steps=8, eval_every=2), resume=True, log=lines.append)
+    assert read_config(tmp_path / "run")["precision_used"] == first
+    assert any("as the run trained so far" in line for line in lines)
