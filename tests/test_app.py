@@ -14,7 +14,7 @@ from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
 from chargen import checkpoint, load_corpus, train  # noqa: E402
-from conftest import load_script, make_text, name_list, start_app, tiny_model, tiny_train  # noqa: E402
+from conftest import make_text, name_list, start_app, tiny_model, tiny_train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -194,57 +194,3 @@ def test_a_cancelled_generation_leaves_the_server_serving(client, served):
     job.cancel()
     assert served["server"].poll() is None
     assert len(generate(client, length=30).result()) == len("the ") + 30
-
-
-def test_one_generation_at_a_time_per_text(trained_run):
-    """Continue pressed again while the text is still growing is refused, not run on the
-    same sampler at once; the flag is cleared when a generation ends or is cancelled."""
-    import gradio as gr
-
-    import chargen
-
-    app = load_script("app.py")
-    model = chargen.load(trained_run, device="cpu")
-    writing = app.Writing("m", "the ", model.sampler("the ", seed=1), 1)
-    first = app.stream_text(writing, 200, {"temperature": 1.0})
-    next(first)
-    with pytest.raises(gr.Error, match="still being generated"):
-        next(app.stream_text(writing, 10, {}))
-    first.close()  # what a cancel does
-    *_, (text, _) = app.stream_text(writing, 10, {})
-    assert text.startswith("the ") and not writing.busy
-
-
-def test_only_one_of_many_threads_draws_from_a_text(trained_run):
-    """Gradio runs handlers in threads: of many generations started on one text at the same
-    moment, exactly one draws, and the others get the busy message."""
-    import threading
-
-    import gradio as gr
-
-    import chargen
-
-    app = load_script("app.py")
-    model = chargen.load(trained_run, device="cpu")
-    writing = app.Writing("m", "the ", model.sampler("the ", seed=1), 1)
-    start, outcomes, running = threading.Barrier(8), [], []
-
-    def press():
-        pieces = app.stream_text(writing, 50, {})
-        start.wait()
-        try:
-            next(pieces)
-            running.append(pieces)
-            outcomes.append("drew")
-        except gr.Error:
-            outcomes.append("busy")
-
-    threads = [threading.Thread(target=press) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert sorted(outcomes) == ["busy"] * 7 + ["drew"]
-    for pieces in running:
-        pieces.close()
-    assert not writing.busy

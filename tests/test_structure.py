@@ -65,3 +65,25 @@ def test_sampling_defaults_are_written_once():
     for path in [*PACKAGE.glob("*.py"), PACKAGE.parent / "app.py"]:
         if path.stem != "sample":
             assert "=0.8" not in path.read_text(encoding="utf-8").replace(" ", ""), path.name
+
+
+def test_the_app_is_a_page_over_the_serving_layer():
+    """The serving layer knows no UI; the app reaches into chargen only through it."""
+    assert not {"gradio", "pandas"} & {name.split(".")[0] for name in imported_anything("serving")}
+    tree = ast.parse((PACKAGE.parent / "app.py").read_text(encoding="utf-8"))
+    from_chargen = {node.module for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chargen")}
+    assert from_chargen <= {"chargen", "chargen.serving"}, from_chargen
+
+
+def imported_anything(module: str) -> set[str]:
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return names | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+
+
+def test_no_function_is_longer_than_a_screen():
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno - node.lineno < 80, f"{path.name}: {node.name}"

@@ -1,0 +1,395 @@
+"""What the web app serves, without the page: the model shelf, each browser session's text
+in progress, and the one training job. ``app.py`` lays out a page and wires its events to a
+``Service``; everything here runs, and is tested, without a server.
+
+Nothing a client sends is trusted: a model is picked by name from the shelf (never a
+path), numbers are clamped to ``Limits`` whatever the sliders say, and a problem is a
+``ChargenError`` whose message the page shows as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import checkpoint
+from .api import TrainedModel, load
+from .corpus import load_corpus
+from .errors import ChargenError
+from .evaluate import LN2
+from .model import ModelConfig
+from .sample import DEFAULTS, Sampler, SamplingOptions
+from .train import TrainConfig, TrainResult, train
+
+__all__ = ["DEFAULTS", "PRESETS", "Limits", "Service", "Shelf", "TrainingView", "Writing"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a client may ask for; the server clamps or refuses beyond these, whatever the
+    sliders say (a client can send any value)."""
+
+    max_length: int = 3000
+    max_samples: int = 8
+    max_prime: int = 2000
+    max_upload_mb: int = 20
+    min_train_seconds: int = 10
+    max_train_seconds: int = 600
+    concurrency: int = 4  # generations served at once
+    queue_size: int = 32  # waiting beyond that are turned away
+
+
+PRESETS = {  # model size presets for the Train tab
+    "tiny (1x128)": ModelConfig(vocab_size=1, embedding=32, hidden=128, layers=1),
+    "small (1x256)": ModelConfig(vocab_size=1, embedding=64, hidden=256, layers=1),
+    "medium (1x512)": ModelConfig(vocab_size=1, embedding=64, hidden=512, layers=1),
+}
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
+STREAM_EVERY = 0.05  # seconds between updates sent while streaming
+BUSY = "This text is still being generated; wait for it or press Stop."
+STOPPED = {"done": "finished", "time": "reached its time budget", "interrupted": "stopped"}
+
+
+# --- the models on offer ------------------------------------------------------------------
+class Shelf:
+    """Model folders by name: ``models/<name>`` as ``<name>``, ``runs/<name>`` as
+    ``runs/<name>``. Loaded on first use and kept; reloaded when the weights change."""
+
+    def __init__(self, models_dir: Path, runs_dir: Path) -> None:
+        self.models_dir, self.runs_dir = Path(models_dir), Path(runs_dir)
+        self._loaded: dict[str, tuple[float, TrainedModel]] = {}
+        self._lock = threading.Lock()
+
+    def folders(self) -> dict[str, Path]:
+        found = {}
+        for base, prefix in ((self.models_dir, ""), (self.runs_dir, "runs/")):
+            if base.is_dir():
+                for folder in sorted(base.iterdir()):
+                    if (folder / "config.json").is_file() and weights_file(folder) is not None:
+                        found[prefix + folder.name] = folder
+        return found
+
+    def names(self) -> list[str]:
+        return list(self.folders())
+
+    def default(self) -> str | None:
+        names = self.names()
+        return "shakespeare" if "shakespeare" in names else (names[0] if names else None)
+
+    def get(self, name: str) -> TrainedModel:
+        folder = self.folders().get(name) if isinstance(name, str) else None
+        if folder is None:
+            raise ChargenError(f"unknown model {str(name)[:60]!r}; pick one from the list")
+        stamp = weights_file(folder).stat().st_mtime
+        with self._lock:
+            cached = self._loaded.get(name)
+            if cached is None or cached[0] != stamp:
+                self._loaded[name] = (stamp, load(folder, device="cpu"))
+            return self._loaded[name][1]
+
+
+def weights_file(folder: Path) -> Path | None:
+    """The weights ``chargen.load`` would read (the best, else the latest), if any."""
+    path = checkpoint.weights_path(folder)
+    return path if path.is_file() else None
+
+
+def model_card(model: TrainedModel) -> str:
+    config = model.config
+    corpus = Path(config.get("corpus", {}).get("path", "?")).name
+    m = config["model"]
+    bpc = (config.get("summary") or {}).get("best_val_bpc")
+    return (f"**{corpus}** · {model.kind.description} · {m['layers']}x{m['hidden']} LSTM, "
+            f"{config.get('parameters', 0):,} parameters · validation {'n/a' if bpc is None else f'{bpc:.3f}'} "
+            "bits/char")
+
+
+# --- generating --------------------------------------------------------------------------
+@dataclass
+class Writing:
+    """One browser session's text in progress: the sampler keeps the LSTM state where the
+    last generation stopped, so Continue costs one step per new character."""
+
+    model_name: str
+    prime: str
+    sampler: Sampler
+    seed: int | None
+    rounds: int = 1
+    done_items: list[str] = field(default_factory=list)  # lines mode: items of earlier rounds
+    # Held while a generation draws from the sampler. A server runs handlers in threads, so
+    # a check-then-set flag could let Continue, pressed twice, run two on the one sampler.
+    drawing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def busy(self) -> bool:
+        return self.drawing.locked()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The sampler to this generation alone, or the busy message at once."""
+        if not self.drawing.acquire(blocking=False):  # e.g. Continue pressed twice
+            raise ChargenError(BUSY)
+        try:
+            yield
+        finally:
+            self.drawing.release()
+
+    def text(self) -> str:
+        if self.sampler.items:
+            return "\n".join(self.done_items + [self.prime + t for t in self.sampler.texts])
+        texts = [self.prime + t for t in self.sampler.texts]
+        if len(texts) == 1:
+            return texts[0]
+        return "\n\n".join(f"--- sample {i} of {len(texts)} ---\n{t}" for i, t in enumerate(texts, 1))
+
+    def next_round(self, model: TrainedModel) -> None:
+        """Lines mode, once the items have ended: keep them, and start as many new ones
+        (the seed moved on, so a seeded text stays reproducible)."""
+        self.done_items += [self.prime + t for t in self.sampler.texts]
+        seed = None if self.seed is None else self.seed + self.rounds
+        self.sampler = model.sampler(self.prime, num_samples=self.sampler.num_samples, seed=seed)
+        self.rounds += 1
+
+
+def clamp(value: float | None, low: float, high: float, default: float) -> float:
+    """``value`` within [low, high]; the default for what is not a number."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return default
+    return min(high, max(low, value))
+
+
+def stream_text(writing: Writing, options: SamplingOptions,
+                first: Callable[[], None] | None = None) -> Iterator[tuple[str, Writing]]:
+    """The session's text as it grows: at once after the first character, then at most
+    every STREAM_EVERY seconds, and whole at the end. ``first`` runs once the sampler is
+    this generation's alone (Continue's new round of items)."""
+    with writing.exclusive():
+        if first is not None:
+            first()
+        last = 0.0
+        pieces = writing.sampler.pieces(options.length, temperature=options.temperature, top_k=options.top_k,
+                                        top_p=options.top_p)
+        for i, _ in enumerate(pieces):
+            now = time.perf_counter()
+            if i == 0 or now - last >= STREAM_EVERY:
+                last = now
+                yield writing.text(), writing
+        yield writing.text(), writing
+
+
+# --- training ----------------------------------------------------------------------------
+@dataclass
+class TrainingView:
+    """What the page that started a training shows of it: a status line, the validation
+    curve (seconds, bits/char), the last samples; ``finished`` once the run has ended."""
+
+    status: str
+    curve: list[tuple[float, float]] = field(default_factory=list)
+    samples: str = ""
+    finished: bool = False
+
+
+class TrainingJob:
+    """The one training run the server allows at a time, in a background thread; its
+    events are queued for the page that started it to show."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
+        self.events: queue.Queue = queue.Queue()
+        self.owner: str | None = None
+        self.ends_at = 0.0
+        self.result: TrainResult | None = None
+        self.error: str | None = None
+
+    def busy(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def start(self, owner: str, text_path: Path, run_dir: Path, model_config: ModelConfig,
+              config: TrainConfig) -> str:
+        """Starts the run; its mode ("stream" or "lines"), as the text decided."""
+        with self._lock:
+            if self.busy():
+                left = max(0, round(self.ends_at - time.time()))
+                raise ChargenError(f"a training job is already running on this server (about {left} s left); "
+                                   "one runs at a time, so try again when it ends")
+            corpus = load_corpus(text_path, mode="auto")
+            self.stop, self.events, self.owner = threading.Event(), queue.Queue(), owner
+            self.result, self.error = None, None
+            self.ends_at = time.time() + (config.max_time or 0)
+            self.thread = threading.Thread(target=self._run, args=(corpus, run_dir, model_config, config),
+                                           daemon=True, name="chargen-train")
+            self.thread.start()
+            return corpus.mode
+
+    def _run(self, corpus, run_dir, model_config, config) -> None:
+        try:
+            self.result = train(corpus, run_dir, model_config, config, on_event=self.events.put, stop=self.stop)
+        except ChargenError as e:
+            self.error = str(e)
+        except Exception as e:  # shown on the page; the server keeps serving
+            self.error = f"training failed: {type(e).__name__}: {e}"
+
+    def request_stop(self, owner: str) -> str:
+        if not self.busy():
+            return "No training is running."
+        if owner != self.owner:
+            return "The training running now was started from another page; only that page can stop it."
+        self.stop.set()
+        return "Stopping after this step; the checkpoint is being saved."
+
+    def watch(self, name: str, view: TrainingView, poll: float) -> Iterator[TrainingView]:
+        """``view`` updated from the run's events, each time something new came in, and
+        once more, finished, when the run has ended."""
+        started, last_train = time.time(), None
+        while True:
+            finished, changed = not self.busy(), False
+            while not self.events.empty():
+                event, changed = self.events.get(), True
+                if event["event"] == "train":
+                    last_train = event
+                elif event["event"] == "val":
+                    view.curve.append((event["elapsed"], event["val_bpc"]))
+                elif event["event"] == "sample":
+                    view.samples = f"step {event['step']:,}:\n" + "\n".join(event["texts"])
+            if last_train is not None and changed:
+                view.status = progress_line(name, last_train, time.time() - started)
+            if finished:
+                break
+            if changed:
+                yield view
+            time.sleep(poll)
+        view.status, view.finished = self.outcome(name), True
+        yield view
+
+    def outcome(self, name: str) -> str:
+        if self.error or self.result is None:
+            return f"**{name}**: {self.error or 'training ended without a result'}"
+        best = self.result.best_val_loss
+        return (f"**{name}** {STOPPED[self.result.stopped]} at step {self.result.step:,}; best validation "
+                f"{'n/a' if best is None else f'{best / LN2:.3f}'} bits/char. It is in the Generate tab's list.")
+
+
+def progress_line(name: str, event: dict, wall: float) -> str:
+    step, total = event["step"], max(event.get("total_steps", event["step"]), 1)
+    eta = wall / step * (total - step) if step else 0
+    return (f"**{name}**: step {step:,} of {total:,} · loss {event['loss']:.3f} · {event['bpc']:.3f} bits/char · "
+            f"{event['chars_per_s']:,} chars/s · about {eta:.0f} s left")
+
+
+# --- the service -------------------------------------------------------------------------
+class Service:
+    """The app's handlers, as plain methods. Generations stream ``(text, writing)``; the
+    page keeps ``writing`` in its session state and hands it back to ``continue_``."""
+
+    def __init__(self, models_dir: Path, runs_dir: Path, corpora_dir: Path, limits: Limits = Limits(),
+                 poll: float = 0.5) -> None:
+        self.shelf = Shelf(models_dir, runs_dir)
+        self.corpora_dir = Path(corpora_dir)
+        self.limits = limits
+        self.job = TrainingJob()
+        self.poll = poll  # seconds between looks at a training's events
+
+    def describe(self, model_name: str) -> tuple[str, str]:
+        """The model's card, and the hint the prime box shows for it."""
+        model = self.shelf.get(model_name)
+        return model_card(model), model.kind.prime_hint
+
+    def options(self, length, temperature, top_k, top_p) -> SamplingOptions:
+        limits = self.limits
+        return SamplingOptions(temperature=clamp(temperature, 0.0, 2.0, DEFAULTS.temperature),
+                               top_k=int(clamp(top_k, 0, 1000, DEFAULTS.top_k)),
+                               top_p=clamp(top_p, 0.01, 1.0, DEFAULTS.top_p),
+                               length=int(clamp(length, 1, limits.max_length, DEFAULTS.length)))
+
+    def generate(self, model_name: str, prime: str | None, length, temperature, top_k, top_p, seed,
+                 num_samples) -> Iterator[tuple[str, Writing]]:
+        """A new text for the session. Checked before it returns, so a bad request fails
+        before anything streams."""
+        model = self.shelf.get(model_name)
+        prime = prime or ""
+        if not isinstance(prime, str):
+            raise ChargenError("the prime must be text")
+        if len(prime) > self.limits.max_prime:
+            raise ChargenError(f"the prime text is longer than {self.limits.max_prime:,} characters; shorten it")
+        options = self.options(length, temperature, top_k, top_p)
+        n = int(clamp(num_samples, 1, self.limits.max_samples, 1))
+        seed = None if not isinstance(seed, int | float) or seed < 0 else int(clamp(seed, 0, 2**63 - 1, 0))
+        writing = Writing(model_name, prime, model.sampler(prime, num_samples=n, seed=seed), seed)
+        return stream_text(writing, options)
+
+    def continue_(self, writing: Writing | None, model_name: str, length, temperature, top_k,
+                  top_p) -> Iterator[tuple[str, Writing]]:
+        """More of the session's text, from where its sampler stopped; in lines mode, once
+        the items have ended, a new round of them below the others."""
+        if not isinstance(writing, Writing):
+            raise ChargenError("Nothing to continue yet: press Generate first.")
+        if writing.model_name != model_name:
+            raise ChargenError("The model changed since this text was written; press Generate to start with it.")
+        options = self.options(length, temperature, top_k, top_p)
+        new_round = None
+        if writing.sampler.items:
+            model = self.shelf.get(model_name)
+            new_round = functools.partial(writing.next_round, model)
+        return stream_text(writing, options, new_round)
+
+    def corpora(self) -> dict[str, Path]:
+        """The shipped corpora, by file name."""
+        return {p.name: p for p in sorted(self.corpora_dir.glob("*.txt"))}
+
+    def train(self, owner: str, upload, corpus_name: str | None, preset: str, seconds,
+              run_name: str | None) -> Iterator[TrainingView]:
+        """Starts a training for ``owner`` (the page's session) and follows it to its end.
+        Checked and started before it returns: a refusal comes at once."""
+        text_path = self.pick_corpus(upload, corpus_name)
+        model_config = PRESETS.get(preset) if isinstance(preset, str) else None
+        if model_config is None:
+            raise ChargenError(f"unknown model size {str(preset)[:40]!r}; pick one from the list")
+        limits = self.limits
+        seconds = int(clamp(seconds, limits.min_train_seconds, limits.max_train_seconds, 60))
+        run_dir = new_run_dir(self.shelf.runs_dir, run_name, text_path)
+        config = TrainConfig(max_time=seconds, eval_every=100, log_every=10, sample_chars=200)
+        mode = self.job.start(owner, text_path, run_dir, model_config, config)
+        name = f"runs/{run_dir.name}"
+        view = TrainingView(f"Training **{name}** ({preset}, {mode} mode) for up to {seconds} s…")
+        return self._follow(name, view)
+
+    def _follow(self, name: str, view: TrainingView) -> Iterator[TrainingView]:
+        yield view
+        yield from self.job.watch(name, view, self.poll)
+
+    def stop_training(self, owner: str) -> str:
+        return self.job.request_stop(owner)
+
+    def pick_corpus(self, upload, corpus_name: str | None) -> Path:
+        if upload:
+            path = Path(upload if isinstance(upload, str) else getattr(upload, "path", ""))
+            if path.suffix.lower() != ".txt" or not path.is_file():
+                raise ChargenError("upload a plain-text .txt file")
+            if path.stat().st_size > self.limits.max_upload_mb * 1_000_000:
+                raise ChargenError(f"the upload is over {self.limits.max_upload_mb} MB; upload a smaller text")
+            return path
+        corpora = self.corpora()
+        if corpus_name not in corpora:
+            raise ChargenError("upload a .txt file or pick a shipped corpus from the list")
+        return corpora[corpus_name]
+
+
+def new_run_dir(runs_dir: Path, run_name: str | None, text_path: Path) -> Path:
+    name = run_name.strip() if isinstance(run_name, str) else ""
+    name = name or f"{text_path.stem[:30]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not RUN_NAME.fullmatch(name):
+        raise ChargenError("a run name is 1-48 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    run_dir = runs_dir / name
+    if run_dir.exists():
+        raise ChargenError(f"a run named {name!r} exists already; choose another name")
+    return run_dir

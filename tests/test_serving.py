@@ -1,0 +1,204 @@
+"""The serving layer without a server: what the app's handlers do, called as plain methods
+(the live app, driven over HTTP and in a browser, is test_app.py)."""
+
+import math
+import os
+import threading
+import time
+
+import pytest
+
+from chargen import ChargenError, checkpoint, load_corpus, train
+from chargen.serving import BUSY, Limits, Service, Writing, stream_text
+from conftest import make_text, name_list, tiny_model, tiny_train
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, trained_run):
+    """models/ holds a stream model ("shakespeare") and a lines model ("names"); corpora/
+    one small text; training limits low enough for tests."""
+    base = tmp_path_factory.mktemp("serving")
+    checkpoint.export_run(trained_run, base / "models" / "shakespeare")
+    names = base / "names.txt"
+    names.write_text("\n".join(name_list(300)) + "\n")
+    train(load_corpus(names, mode="lines"), base / "names-run", tiny_model(), tiny_train(steps=20, eval_every=10))
+    checkpoint.export_run(base / "names-run", base / "models" / "names")
+    (base / "corpora").mkdir()
+    (base / "corpora" / "tiny.txt").write_text(make_text(200, seed=3))
+    return Service(base / "models", base / "runs", base / "corpora",
+                   Limits(min_train_seconds=1, max_train_seconds=120, max_upload_mb=1), poll=0.05)
+
+
+def text_of(pieces) -> str:
+    *_, (text, _) = pieces
+    return text
+
+
+def generate(service, model="shakespeare", prime="the ", length=100, seed=5, num_samples=1, temperature=1.0,
+             top_k=0, top_p=1.0):
+    return service.generate(model, prime, length, temperature, top_k, top_p, seed, num_samples)
+
+
+def test_the_shelf_offers_model_folders_by_name(service):
+    assert service.shelf.names()[:2] == ["names", "shakespeare"] and service.shelf.default() == "shakespeare"
+    card, hint = service.describe("names")
+    assert "lines" in card.lower() or "items" in card.lower()
+    assert hint and service.describe("shakespeare")[1] != hint
+    for bad in ("../models/shakespeare", "nope", None, 3):
+        with pytest.raises(ChargenError, match="unknown model"):
+            service.describe(bad)
+
+
+def test_a_model_is_loaded_once_and_again_when_its_weights_change(service):
+    first = service.shelf.get("shakespeare")
+    assert service.shelf.get("shakespeare") is first
+    weights = service.shelf.folders()["shakespeare"] / "model.safetensors"
+    stamp = weights.stat().st_mtime
+    os.utime(weights, (stamp + 5, stamp + 5))
+    assert service.shelf.get("shakespeare") is not first
+
+
+def test_generate_streams_a_growing_text(service):
+    updates = [text for text, _ in generate(service, length=400)]
+    assert updates[-1].startswith("the ") and len(updates[-1]) == len("the ") + 400
+    assert all(b.startswith(a) for a, b in zip(updates, updates[1:], strict=False))
+
+
+def test_the_seed_decides_the_text(service):
+    a, b = text_of(generate(service, seed=17)), text_of(generate(service, seed=17))
+    assert a == b and a != text_of(generate(service, seed=18))
+    assert text_of(generate(service, seed=-1)) != text_of(generate(service, seed=-1))
+
+
+def test_continue_carries_the_state(service):
+    *_, (first, writing) = generate(service, prime="king ", seed=3, length=100)
+    continued = text_of(service.continue_(writing, "shakespeare", 150, 1.0, 0, 1.0))
+    assert continued.startswith(first) and continued == text_of(generate(service, prime="king ", seed=3, length=250))
+
+
+def test_lines_models_continue_with_a_new_round_of_items(service):
+    *_, (text, writing) = generate(service, model="names", prime="", num_samples=6, length=40)
+    items = text.split("\n")
+    assert len(items) == 6 and all(len(item) <= 40 for item in items)
+    more = text_of(service.continue_(writing, "names", 40, 1.0, 0, 1.0)).split("\n")
+    assert len(more) == 12 and more[:6] == items and writing.rounds == 2
+    several = text_of(generate(service, num_samples=3, length=30))
+    assert several.count("--- sample") == 3
+
+
+def test_continue_needs_a_text_of_the_same_model(service):
+    with pytest.raises(ChargenError, match="press Generate first"):
+        service.continue_(None, "shakespeare", 10, 1.0, 0, 1.0)
+    *_, (_, writing) = generate(service, length=10)
+    with pytest.raises(ChargenError, match="model changed"):
+        service.continue_(writing, "names", 10, 1.0, 0, 1.0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": "../../etc/passwd"}, "unknown model"),
+    ({"prime": "x" * 5000}, "longer than"),
+    ({"prime": 12}, "must be text"),
+    ({"prime": "\u263a"}, "never saw"),
+])
+def test_bad_requests_are_refused_before_anything_streams(service, change, message):
+    with pytest.raises(ChargenError, match=message):
+        generate(service, **change)
+
+
+@pytest.mark.parametrize("length, temperature, top_k, top_p, expected", [
+    (10**9, 9.0, 10**6, 7.0, (3000, 2.0, 1000, 1.0)),
+    (-5, -3.0, -1, 0.0, (1, 0.0, 0, 0.01)),
+    (None, math.nan, "x", True, (500, 0.8, 0, 1.0)),
+])
+def test_sampling_values_are_clamped_whatever_the_client_sends(service, length, temperature, top_k, top_p,
+                                                               expected):
+    options = service.options(length, temperature, top_k, top_p)
+    assert (options.length, options.temperature, options.top_k, options.top_p) == expected
+
+
+def test_one_generation_at_a_time_per_text(service):
+    """Continue pressed again while the text is still growing is refused, not run on the
+    same sampler at once; the lock is let go when a generation ends or is cancelled."""
+    first = generate(service, length=200)
+    _, writing = next(first)
+    with pytest.raises(ChargenError, match="still being generated"):
+        next(service.continue_(writing, "shakespeare", 10, 1.0, 0, 1.0))
+    first.close()  # what a cancel does
+    assert not writing.busy
+    assert text_of(service.continue_(writing, "shakespeare", 10, 1.0, 0, 1.0)).startswith("the ")
+
+
+def test_only_one_of_many_threads_draws_from_a_text(service):
+    """A server runs handlers in threads: of many generations started on one text at the
+    same moment, exactly one draws, and the others get the busy message."""
+    model = service.shelf.get("shakespeare")
+    writing = Writing("shakespeare", "the ", model.sampler("the ", seed=1), 1)
+    start, outcomes, running = threading.Barrier(8), [], []
+
+    def press():
+        pieces = stream_text(writing, service.options(50, 1.0, 0, 1.0))
+        start.wait()
+        try:
+            next(pieces)
+            running.append(pieces)
+            outcomes.append("drew")
+        except ChargenError as e:
+            outcomes.append("busy" if str(e) == BUSY else str(e))
+
+    threads = [threading.Thread(target=press) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == ["busy"] * 7 + ["drew"]
+    for pieces in running:
+        pieces.close()
+    assert not writing.busy
+
+
+def test_a_training_runs_to_its_end_and_joins_the_shelf(service):
+    views = service.train("page-a", None, "tiny.txt", "tiny (1x128)", 2, "short")
+    first = next(views)
+    assert "runs/short" in first.status and "stream mode" in first.status and not first.finished
+    *_, last = views
+    assert last.finished and "runs/short" in last.status and "bits/char" in last.status, last.status
+    assert last.curve and all(bpc > 0 for _, bpc in last.curve)
+    assert "runs/short" in service.shelf.names()
+    assert len(text_of(generate(service, model="runs/short", prime="The ", length=30))) == len("The ") + 30
+
+
+def test_one_training_at_a_time_and_only_its_page_stops_it(service, tmp_path):
+    upload = tmp_path / "mine.txt"
+    upload.write_text(make_text(300, seed=4))
+    views = service.train("page-a", str(upload), None, "tiny (1x128)", 100, "stopped")
+    next(views)
+    with pytest.raises(ChargenError, match="already running"):
+        service.train("page-b", None, "tiny.txt", "tiny (1x128)", 5, "second")
+    assert "another page" in service.stop_training("page-b")
+    deadline = time.time() + 60
+    while time.time() < deadline and not (service.shelf.runs_dir / "stopped" / "config.json").exists():
+        time.sleep(0.1)
+    assert "Stopping" in service.stop_training("page-a")
+    *_, last = views
+    assert last.finished and "stopped at step" in last.status, last.status
+    assert checkpoint.read_config(service.shelf.runs_dir / "stopped")["summary"]["step"] > 0
+    assert service.stop_training("page-a") == "No training is running."
+
+
+def test_bad_training_requests_are_refused(service, tmp_path):
+    binary, big = tmp_path / "data.bin", tmp_path / "big.txt"
+    binary.write_bytes(bytes(range(256)))
+    big.write_text("x" * 1_100_000)
+    for args, message in [
+        ((None, "../secret.txt", "tiny (1x128)", 10, ""), "shipped corpus"),
+        ((None, "tiny.txt", "huge", 10, ""), "unknown model size"),
+        ((None, "tiny.txt", "tiny (1x128)", 10, "../../x"), "run name"),
+        ((str(binary), None, "tiny (1x128)", 10, ""), r"\.txt"),
+        ((str(big), None, "tiny (1x128)", 10, ""), "over 1 MB"),
+    ]:
+        with pytest.raises(ChargenError, match=message):
+            service.train("page-a", *args)
+    (service.shelf.runs_dir / "taken").mkdir(parents=True, exist_ok=True)
+    with pytest.raises(ChargenError, match="exists already"):
+        service.train("page-a", None, "tiny.txt", "tiny (1x128)", 10, "taken")
+    assert not service.job.busy()
