@@ -79,9 +79,9 @@ def curve_frame(curve: list[tuple[float, float]]):
 
 
 # --- the page ------------------------------------------------------------------------------
-def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None) -> gr.Blocks:
+def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, device: str = "cpu") -> gr.Blocks:
     limits = limits or Limits()
-    service = Service(models_dir, runs_dir, ROOT / "corpora", limits)
+    service = Service(models_dir, runs_dir, ROOT / "corpora", limits, device=device)
     shelf = service.shelf
     generate, continue_, describe, start_training, stop_training = make_handlers(service)
 
@@ -168,8 +168,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="folder of training runs, served too; the Train tab writes here (default runs/)")
     parser.add_argument("--share", action="store_true",
                         help="also open a temporary public gradio.live link (off by default; needs network)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
+                        help="where the models generate text (default cpu: for a few texts at a time a GPU is "
+                        "no faster); training uses a GPU when there is one")
     args = parser.parse_args(argv)
-    demo = build_app(args.models, args.runs)
+    try:
+        demo = build_app(args.models, args.runs, device=args.device)
+    except ChargenError as e:  # e.g. --device cuda without a GPU
+        parser.error(str(e))
     demo.launch(server_name=args.host, server_port=args.port, share=args.share,
                 max_file_size=f"{Limits.max_upload_mb}mb", footer_links=["gradio", "settings"])
 

@@ -37,6 +37,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import threading
 import time
@@ -204,17 +205,17 @@ def training_step(hidden: int, layers: int, batch: int, bptt: int, device: torch
 
 def gpu_utilisation(fn: Callable[[], object], device: torch.device, seconds: float = 1.0) -> float | None:
     """The GPU's own busy figure (NVML, as nvidia-smi shows it) while ``fn`` runs over and over
-    for ``seconds``: the share of time a kernel was running. None where NVML is missing."""
-    try:
-        torch.cuda.utilization(device)
-    except Exception:  # no pynvml / NVML: not measurable here
+    for ``seconds``: the share of time a kernel was running. None where it cannot be read."""
+    read = utilisation_reader(device)
+    if read is None:
         return None
     readings: list[float] = []
     done = threading.Event()
 
     def poll() -> None:
         while not done.wait(0.05):
-            readings.append(torch.cuda.utilization(device))
+            if (value := read()) is not None:
+                readings.append(value)
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
@@ -224,7 +225,28 @@ def gpu_utilisation(fn: Callable[[], object], device: torch.device, seconds: flo
     torch.cuda.synchronize(device)
     done.set()
     poller.join()
-    return sum(readings[len(readings) // 4:]) / max(1, len(readings) - len(readings) // 4)  # skip the ramp-up
+    kept = readings[len(readings) // 4:]  # skip the ramp-up
+    return sum(kept) / len(kept) if kept else None
+
+
+def utilisation_reader(device: torch.device) -> Callable[[], float | None] | None:
+    """How to read the GPU's busy share now: torch (through pynvml) where it can, else the
+    nvidia-smi command; None where neither answers."""
+    try:
+        torch.cuda.utilization(device)
+        return lambda: float(torch.cuda.utilization(device))
+    except Exception:  # no pynvml: ask nvidia-smi
+        pass
+    command = ["nvidia-smi", f"--id={device.index or 0}", "--query-gpu=utilization.gpu",
+               "--format=csv,noheader,nounits"]
+
+    def from_smi() -> float | None:
+        try:
+            return float(subprocess.run(command, capture_output=True, text=True, timeout=5).stdout.strip())
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return None
+
+    return from_smi if from_smi() is not None else None
 
 
 def train_throughput(recipe: str, hidden: int, layers: int, batch: int, bptt: int, device: torch.device,
@@ -262,16 +284,17 @@ def device_rows(device: torch.device, gemms: dict[str, dict], args: argparse.Nam
     return rows
 
 
-def sampling_rows(device: torch.device, args: argparse.Namespace, length: int) -> list[dict]:
-    """Sampling chars/s (all samples together) for 1 and 64 samples drawn in parallel, on
-    the path ``Sampler`` takes by default (the lean step up to LEAN_MAX_SAMPLES samples)."""
+def sampling_rows(device: torch.device, args: argparse.Namespace, length: int,
+                  counts: tuple[int, ...] = (1, 64)) -> list[dict]:
+    """Sampling chars/s (all samples together) for each count of samples drawn in parallel,
+    on the path ``Sampler`` takes by default (the lean step up to LEAN_MAX_SAMPLES samples)."""
     tokenizer = CharTokenizer([chr(0x100 + i) for i in range(VOCAB - 4)])
     rows = []
     for hidden, layers in args.models:
         torch.manual_seed(0)
         model = CharLSTM(ModelConfig(vocab_size=tokenizer.vocab_size, embedding=EMBEDDING, hidden=hidden,
                                      layers=layers, dropout=0.0)).to(device).eval()
-        for n in (1, 64):
+        for n in counts:
             sampler = Sampler(model, tokenizer, tokenizer.chars[0], num_samples=n, seed=0)
             list(sampler.pieces(10))  # the prime and the first steps
             steps = max(20, length // (1 if hidden * layers <= 1024 else 10))
@@ -341,10 +364,9 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in [headers, align, *rows])
 
 
-def report(results: dict) -> str:
-    env = results["env"]
-    lines = [f"# chargen training throughput ({'quick smoke test' if results['quick'] else 'full run'})", ""]
-    lines += [f"- {key}: {value}" for key, value in env.items()] + [""]
+def report_tables(results: dict) -> str:
+    """The GEMM reference, the training rows and the sampling rows, as markdown."""
+    lines = []
     lines += ["## Reference: the matrix product", ""]
     lines.append(markdown_table(
         ["device", "precision", "size", "ms per product", "GFLOP/s"],
@@ -361,11 +383,20 @@ def report(results: dict) -> str:
          for r in results["rows"]]))
     lines += ["", "GFLOP/s counts only the matrix products (3 x forward of 2·4H(I+H) + 2HV per char); "
               "gate math, softmax and the optimizer are not counted."]
-    lines += ["", "## Sampling (random weights; chars/s of all samples together)", ""]
-    lines.append(markdown_table(
-        ["device", "model", "samples", "path", "chars/s"],
-        [[r["device"], f"{r['layers']}x{r['hidden']}", str(r["samples"]), r["path"], f"{r['chars_per_s']:,.0f}"]
-         for r in results["sampling"]]))
+    if results.get("sampling"):
+        lines += ["", "## Sampling (random weights; chars/s of all samples together)", ""]
+        lines.append(markdown_table(
+            ["device", "model", "samples", "path", "chars/s"],
+            [[r["device"], f"{r['layers']}x{r['hidden']}", str(r["samples"]), r["path"], f"{r['chars_per_s']:,.0f}"]
+             for r in results["sampling"]]))
+    return "\n".join(lines)
+
+
+def report(results: dict) -> str:
+    env = results["env"]
+    lines = [f"# chargen training throughput ({'quick smoke test' if results['quick'] else 'full run'})", ""]
+    lines += [f"- {key}: {value}" for key, value in env.items()] + [""]
+    lines.append(report_tables(results))
     p = results["profile"]
     steps = f"{p['steps']} step{'s' * (p['steps'] != 1)}"
     lines += ["", f"## Where the rest goes ({p['device']}, {p['layers']}x{p['hidden']}, batch {p['batch']}, "

@@ -28,6 +28,7 @@ class Ranks:
 
     rank: int = 0
     world: int = 1
+    joined: bool = False  # in a process group (torchrun), even one of one
 
     @property
     def main(self) -> bool:
@@ -36,7 +37,8 @@ class Ranks:
 
     @property
     def active(self) -> bool:
-        return self.world > 1
+        """Whether the ranks talk: DDP, sums and agreement run, even for one process."""
+        return self.joined or self.world > 1
 
     def block(self, n: int) -> slice:
         """This rank's contiguous block of ``n`` (a multiple of the world size) streams."""
@@ -93,25 +95,40 @@ class Ranks:
 
 
 SINGLE = Ranks()
+BACKENDS = ("nccl", "gloo")
 
 
 def from_environment(device: str = "auto") -> tuple[Ranks, str]:
     """Join the process group torchrun set up (if it did), and the device for this rank:
     ``cuda:LOCAL_RANK`` with nccl where CUDA is asked for or automatic and present, else
-    the CPU with gloo."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    the CPU with gloo. Under torchrun the group is joined whatever the number of processes,
+    so one process runs the same distributed code as many.
+
+    ``CHARGEN_DIST_BACKEND=gloo`` lets more processes than GPUs share them (round robin);
+    nccl needs a GPU of its own for each process."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:  # not started by torchrun
         return SINGLE, device
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = device in ("auto", "cuda") and torch.cuda.is_available()
+    backend = os.environ.get("CHARGEN_DIST_BACKEND") or ("nccl" if use_cuda else "gloo")
+    if backend not in BACKENDS:
+        raise ChargenError(f"CHARGEN_DIST_BACKEND must be one of {', '.join(BACKENDS)}, not {backend!r}")
     if use_cuda:
+        gpus, per_machine = torch.cuda.device_count(), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        if backend == "nccl" and per_machine > gpus:
+            raise ChargenError(f"{per_machine} processes on this machine share {gpus} GPU(s), and nccl needs one "
+                               f"each; use --nproc_per_node={gpus}, or CHARGEN_DIST_BACKEND=gloo to share them")
+        local %= gpus
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     elif device == "auto":
         device = "cpu"
+    if backend == "nccl" and not use_cuda:
+        raise ChargenError("CHARGEN_DIST_BACKEND=nccl needs CUDA GPUs; unset it to train on the CPU with gloo")
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo")
-    return Ranks(rank, world), device
+        dist.init_process_group(backend)
+    return Ranks(rank, world, joined=True), device
 
 
 def leave() -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from . import checkpoint
 from .api import TrainedModel, load
 from .corpus import load_corpus
+from .device import resolve_device
 from .errors import ChargenError
 from .evaluate import LN2
 from .model import ModelConfig
@@ -61,10 +62,11 @@ STOPPED = {"done": "finished", "time": "reached its time budget", "interrupted":
 # --- the models on offer ------------------------------------------------------------------
 class Shelf:
     """Model folders by name: ``models/<name>`` as ``<name>``, ``runs/<name>`` as
-    ``runs/<name>``. Loaded on first use and kept; reloaded when the weights change."""
+    ``runs/<name>``. Loaded on ``device`` on first use and kept; reloaded when the weights
+    change."""
 
-    def __init__(self, models_dir: Path, runs_dir: Path) -> None:
-        self.models_dir, self.runs_dir = Path(models_dir), Path(runs_dir)
+    def __init__(self, models_dir: Path, runs_dir: Path, device: str = "cpu") -> None:
+        self.models_dir, self.runs_dir, self.device = Path(models_dir), Path(runs_dir), device
         self._loaded: dict[str, tuple[float, TrainedModel]] = {}
         self._lock = threading.Lock()
 
@@ -92,7 +94,7 @@ class Shelf:
         with self._lock:
             cached = self._loaded.get(name)
             if cached is None or cached[0] != stamp:
-                self._loaded[name] = (stamp, load(folder, device="cpu"))
+                self._loaded[name] = (stamp, load(folder, device=self.device))
             return self._loaded[name][1]
 
 
@@ -289,11 +291,15 @@ def progress_line(name: str, event: dict, wall: float) -> str:
 # --- the service -------------------------------------------------------------------------
 class Service:
     """The app's handlers, as plain methods. Generations stream ``(text, writing)``; the
-    page keeps ``writing`` in its session state and hands it back to ``continue_``."""
+    page keeps ``writing`` in its session state and hands it back to ``continue_``.
+
+    Models generate on ``device``: the CPU by default, where a few texts at a time draw
+    about as fast as on a GPU (one small step per character). Training takes the GPU when
+    there is one."""
 
     def __init__(self, models_dir: Path, runs_dir: Path, corpora_dir: Path, limits: Limits = Limits(),
-                 poll: float = 0.5) -> None:
-        self.shelf = Shelf(models_dir, runs_dir)
+                 poll: float = 0.5, device: str = "cpu") -> None:
+        self.shelf = Shelf(models_dir, runs_dir, str(resolve_device(device)))
         self.corpora_dir = Path(corpora_dir)
         self.limits = limits
         self.job = TrainingJob()

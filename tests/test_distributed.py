@@ -127,3 +127,41 @@ def test_bf16_autocast_on_cpu_trains_and_samples(tmp_path, text_file):
         texts = model.generate_batch("the ", 30, num_samples=2, seed=1)
         texts += model.generate_batch("the ", 30, num_samples=12, seed=1)
     assert all(len(t) == 30 for t in texts)
+
+
+def test_under_torchrun_one_process_joins_the_group_too(monkeypatch):
+    """torchrun with one process runs the distributed code (DDP, agreement) as with many."""
+    import socket
+
+    import torch.distributed as dist
+
+    from chargen.distributed import from_environment, leave
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    ranks, device = from_environment("cpu")
+    try:
+        assert ranks.active and ranks.world == 1 and device == "cpu"
+        assert dist.is_initialized() and dist.get_backend() == "gloo"
+        assert ranks.sum(torch.tensor([2.0])).item() == 2.0
+    finally:
+        leave()
+    assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("backend, message", [("mpi", "must be one of nccl, gloo"), ("nccl", "needs CUDA GPUs")])
+def test_a_backend_that_cannot_run_is_one_clear_line(monkeypatch, backend, message):
+    if backend == "nccl" and torch.cuda.is_available():
+        pytest.skip("CUDA is here")
+    from chargen.distributed import from_environment
+
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "CHARGEN_DIST_BACKEND": backend}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ChargenError, match=message):
+        from_environment("cpu")
+    assert not torch.distributed.is_initialized()

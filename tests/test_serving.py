@@ -5,6 +5,7 @@ import math
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,20 @@ def test_bad_training_requests_are_refused(service, tmp_path):
     with pytest.raises(ChargenError, match="exists already"):
         service.train("page-a", None, "tiny.txt", "tiny (1x128)", 10, "taken")
     assert not service.job.busy()
+
+
+def test_the_device_models_generate_on_is_checked_at_start(tmp_path):
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is here")
+    with pytest.raises(ChargenError, match="no CUDA GPU"):
+        Service(tmp_path, tmp_path, tmp_path, device="cuda")
+    app = Path(__file__).resolve().parents[1] / "app.py"
+    env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(app), "--device", "cuda", "--port", "1"], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 2 and "no CUDA GPU" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,64 @@
+"""The GPU check's dry run: the code paths of benchmarks/gpu_check.py on the CPU, so the
+check is known to work before a GPU machine is at hand."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import BF16_PROBLEM
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu-check")
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), str(out), "--dry-run"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+    return json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.md").read_text()
+
+
+def test_every_correctness_check_runs_and_passes(dry_run):
+    data, _ = dry_run
+    checks = {c["name"]: c for c in data["checks"]}
+    assert data["dry_run"] and not [c for c in data["checks"] if c["ok"] is False]
+    expected = ["train 60 steps in fp32", "train 60 steps in bf16", "train 60 steps in fp16", "exact resume",
+                "LeanStep and nn.LSTM draw the same text", "the app's serving layer generates",
+                "torchrun, 1 process", "torchrun, 2 processes on one device over gloo"]
+    assert list(checks) == expected  # no part crashed (that would add a check)
+    # What the CPU cannot run is skipped with chargen's own reason, never passed.
+    assert checks["train 60 steps in fp16"]["ok"] is None and "fp16" in checks["train 60 steps in fp16"]["detail"]
+    assert checks["train 60 steps in bf16"]["ok"] is (None if BF16_PROBLEM else True)
+    assert checks["exact resume"]["detail"].startswith("bit for bit")
+    for name in expected[3:]:
+        assert checks[name]["ok"] is True, checks[name]
+
+
+def test_the_speed_legw_and_quality_parts_are_measured(dry_run):
+    data, markdown = dry_run
+    speed = data["speed"]
+    assert {r["recipe"] for r in speed["rows"]} == {"slow", "streams"}
+    assert all(r["chars_per_s"] > 0 and r["gemm_fraction"] > 0 for r in speed["rows"])
+    assert [r["samples"] for r in speed["sampling"]] == [1, 4]
+    legw = data["legw"]
+    assert legw["base"]["batch"] * 4 == legw["legw"]["batch"]
+    assert legw["base"]["seconds_to_base_final"] <= legw["base"]["train_seconds"]  # it reaches its own final
+    assert data["quality"]["best_val_loss"] > 0 and data["quality"]["sample"].startswith("ROMEO:")
+    targets = {t["target"] for t in data["targets"]}
+    assert any("slow recipe" in t for t in targets) and any("LEGW" in t for t in targets)
+    for heading in ("## Correctness", "## Speed", "## LEGW", "## Quality", "## Targets"):
+        assert heading in markdown
+
+
+def test_without_a_gpu_the_full_check_refuses_in_one_line(tmp_path):
+    if __import__("torch").cuda.is_available():
+        pytest.skip("a GPU is here")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--dry-run" in done.stderr and "Traceback" not in done.stderr
