@@ -226,6 +226,7 @@ class Progress:
     last_val_loss: float | None = None
     chars_seen: int = 0
     train_seconds: float = 0.0
+    val_seconds: float = 0.0  # validation and its samples
     lr_factor: float = 1.0  # halved each time a NaN or inf loss sends the run back to a checkpoint
     nonfinite: int = 0  # how many times that has happened
 

@@ -164,12 +164,15 @@ def add_training_options(t: argparse.ArgumentParser) -> None:
     opt.add_argument("--clip", type=positive_float, help=f"gradient-norm clipping (default {d['clip']})")
     plan = opt.add_mutually_exclusive_group()
     plan.add_argument("--epochs", type=positive_float,
-                      help=f"total passes over the text for the run (default {DEFAULT_EPOCHS})")
+                      help=f"total passes over the text for the run (default {DEFAULT_EPOCHS}; with --max-time "
+                      "alone, as many as the time allows)")
     plan.add_argument("--steps", type=positive_int, help="total updates for the run (instead of --epochs)")
     opt.add_argument("--max-time", type=positive_float, metavar="SECONDS",
-                     help="time limit for this command; the plan shrinks so the schedule ends in time")
+                     help="time limit for this command; the plan is fitted so the schedule ends in time, and "
+                     "validation takes at most 5%% of it")
     opt.add_argument("--eval-every", type=positive_int,
-                     help=f"steps between validations and checkpoints (default {d['eval_every']})")
+                     help=f"steps between validations and checkpoints (default {d['eval_every']}; with --max-time, "
+                     "spaced out where validating this often would take more than 5%% of the time)")
     opt.add_argument("--log-every", type=positive_int, help=f"steps between log lines (default {d['log_every']})")
     opt.add_argument("--sample-chars", type=int, help=f"length of the sample printed at each validation "
                      f"(default {d['sample_chars']}; 0 for none)")

@@ -32,15 +32,18 @@ def bpc(loss: float) -> float:
 
 
 @torch.inference_mode()
-def evaluate_streams(model: torch.nn.Module, streams: Streams, bptt: int = 256, ranks: Ranks = SINGLE) -> float:
-    """Mean loss (nats per character) over every target in ``streams``, state carried;
-    distributed, each rank holds some of the streams and the sums are added up."""
+def evaluate_streams(model: torch.nn.Module, streams: Streams, bptt: int = 256, ranks: Ranks = SINGLE,
+                     positions: int | None = None) -> float:
+    """Mean loss (nats per character) over every target in ``streams``, state carried, or
+    over the first ``positions`` of each; distributed, each rank holds some of the streams
+    and the sums are added up."""
     was_training = model.training
     model.eval()
     sums = torch.zeros(2, dtype=torch.float64, device=streams.data.device)  # loss, targets
+    end = streams.length - 1 if positions is None else min(positions, streams.length - 1)
     position, state = 0, None
-    while streams.n_streams and not streams.finished(position):
-        x, y = streams.chunk(position, bptt)
+    while streams.n_streams and position < end:
+        x, y = streams.chunk(position, min(bptt, end - position))
         logits, state = model(x, state)
         sums[0] += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
         sums[1] += y.numel()
@@ -51,13 +54,14 @@ def evaluate_streams(model: torch.nn.Module, streams: Streams, bptt: int = 256, 
 
 
 @torch.inference_mode()
-def evaluate_items(model: torch.nn.Module, items: LineItems, max_positions: int = 65536) -> float:
-    """Mean loss (nats) per real target (each character and each item's ``<eos>``), the
-    items batched by length so little is padded."""
+def evaluate_items(model: torch.nn.Module, items: LineItems, max_positions: int = 65536,
+                   count: int | None = None) -> float:
+    """Mean loss (nats) per real target (each character and each item's ``<eos>``) of all
+    the items, or of the first ``count``, batched by length so little is padded."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    order = np.argsort(items.lengths, kind="stable")
+    order = np.argsort(items.lengths[:count], kind="stable")
     total, count, start = 0.0, 0, 0
     while start < len(order):
         # As many items as fit in max_positions at the length of the longest (the last).

@@ -10,6 +10,7 @@ corpus. The loop asks a feed for the next batch and the feed keeps its place in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +51,8 @@ class StreamFeed:
         # Distributed, each rank trains its own contiguous block of the streams (a contiguous
         # stretch of the text) and validates on every world-th validation stream.
         self.streams = Streams(batchify(train_ids, batch_size, device)[ranks.block(batch_size)])
-        self.val_streams = Streams(eval_streams(val_ids, device).data[ranks.rank :: ranks.world])
+        all_val = eval_streams(val_ids, device)
+        self.val_streams, self.n_val_streams = Streams(all_val.data[ranks.rank :: ranks.world]), all_val.n_streams
         self.batch_size, self.ranks = batch_size, ranks
         self.bptt, self.variable_bptt = bptt, variable_bptt
         self.n_train, self.val_targets = len(train_ids), len(val_ids) - 1
@@ -83,8 +85,14 @@ class StreamFeed:
     def epoch_fraction(self, position: int) -> float:
         return position / max(1, self.streams.length - 1)
 
-    def evaluate(self, model: torch.nn.Module) -> float:
-        return evaluate_streams(model, self.val_streams, ranks=self.ranks)
+    def evaluate(self, model: torch.nn.Module, sample: int | None = None) -> tuple[float, int]:
+        """The validation loss and the targets it scored: all, or about ``sample`` of them,
+        the same every time (the first positions of every validation stream)."""
+        streams, n_streams = self.val_streams, self.n_val_streams
+        positions = None if sample is None else max(1, math.ceil(sample / n_streams))
+        loss = evaluate_streams(model, streams, ranks=self.ranks, positions=positions)
+        scored = n_streams * (streams.length - 1 if positions is None else min(positions, streams.length - 1))
+        return loss, scored
 
 
 class LinesFeed:
@@ -138,6 +146,11 @@ class LinesFeed:
     def epoch_fraction(self, position: int) -> float:
         return position / self.steps_per_epoch
 
-    def evaluate(self, model: torch.nn.Module) -> float:
-        return evaluate_items(model, self.val_items)
+    def evaluate(self, model: torch.nn.Module, sample: int | None = None) -> tuple[float, int]:
+        """The validation loss and the targets it scored: all, or the first items that hold
+        about ``sample`` (the same every time)."""
+        cumulative = np.cumsum(self.val_items.lengths)
+        count = None if sample is None else int(min(len(cumulative), np.searchsorted(cumulative, sample) + 1))
+        scored = int(cumulative[-1] if count is None else cumulative[count - 1])
+        return evaluate_items(model, self.val_items, count=count), scored
 

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from . import __version__, checkpoint, faults, memory
+from .budget import VAL_SHARE, TimeBudget, ValidationCost, ValidationPlan, fit_to_time, plan_validation
 from .checkpoint import Progress, TrainerState
 from .corpus import Corpus
 from .device import resolve_device, resolve_precision
@@ -37,6 +38,7 @@ from .sample import collect, sample_text
 from .schedule import BatchScaling, WarmupDecay, format_schedule
 
 DEFAULT_EPOCHS = 10
+TIMED_PLAN = 10**12  # steps asked for by --max-time alone: more than any budget allows
 MAX_SAMPLE_CHARS = 100_000  # the sample printed at each validation: past this, a long wait for a glimpse
 PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}  # autocast dtype -> name
 MAX_EPOCHS = 1e9  # a bound that keeps every step count an exact integer
@@ -159,19 +161,10 @@ class StopSignals:
 def requested_steps(config: TrainConfig, steps_per_epoch: int) -> int:
     if config.steps is not None:
         return config.steps
+    if config.epochs is None and config.max_time is not None:
+        return TIMED_PLAN  # the budget decides: fitted to --max-time after the first steps
     epochs = config.epochs if config.epochs is not None else DEFAULT_EPOCHS
     return max(1, round(epochs * steps_per_epoch))
-
-
-def fit_to_time(
-    total: int, step: int, seconds_left: float, step_seconds: float, eval_seconds: float, eval_every: int
-) -> int:
-    """The largest plan (never above ``total``) whose remaining steps and validations fit
-    in ``seconds_left``: so with --max-time the schedule decays by the deadline instead of
-    being cut off at its peak."""
-    per_step = step_seconds + eval_seconds / eval_every
-    fit = int((seconds_left - eval_seconds) / per_step)
-    return max(step + 1, min(total, step + fit))
 
 
 def param_groups(model: CharLSTM, weight_decay: float) -> list[dict]:
@@ -254,44 +247,6 @@ def train(
     return trainer.fit(stop)
 
 
-class TimeBudget:
-    """``--max-time`` for this invocation, and the clock of training time (validation is
-    not training time). The plan, so the schedule, is refitted to what the measured time
-    per step and per validation leave: the schedule then finishes its decay by the deadline
-    instead of being cut off at its peak."""
-
-    FIRST_FIT = 25  # steps timed before the first fit
-
-    def __init__(self, max_time: float | None, progress: Progress) -> None:
-        self.max_time = max_time
-        self.start = self.last_tick = time.perf_counter()
-        self.start_step, self.seconds_at_start = progress.step, progress.train_seconds
-        self.eval_seconds: float | None = None  # measured once a validation has run
-
-    def tick(self, progress: Progress) -> float:
-        """A step ended: count its time as training; returns the time now."""
-        now = time.perf_counter()
-        progress.train_seconds += now - self.last_tick
-        self.last_tick = now
-        return now
-
-    def resume_ticking(self) -> float:
-        self.last_tick = time.perf_counter()
-        return self.last_tick
-
-    def out_of_time(self) -> bool:
-        return self.max_time is not None and time.perf_counter() - self.start >= self.max_time
-
-    def fitted_plan(self, progress: Progress, eval_seconds: float, eval_every: int) -> tuple[int, float]:
-        """The plan that fits what is left (never above the one asked for), and the
-        measured seconds per step."""
-        step_seconds = (progress.train_seconds - self.seconds_at_start) / (progress.step - self.start_step)
-        seconds_left = self.max_time - (time.perf_counter() - self.start)
-        total = fit_to_time(progress.requested_steps, progress.step, seconds_left, step_seconds, eval_seconds,
-                            eval_every)
-        return total, step_seconds
-
-
 class StopPolicy:
     """When the loop ends before its plan: Ctrl-C or SIGTERM, the app's stop event, or
     --max-time. Distributed, the ranks agree at log steps only (an agreement is a sync)."""
@@ -370,6 +325,8 @@ class Trainer:
         self._plan_schedule()
         self.metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
         self.history: list[dict] = []
+        self.budget: TimeBudget | None = None  # fit's, while it runs
+        self.whole_validated_at, self.last_scoring = -1, (0.0, 0)  # the last whole validation; seconds, targets
         self.check_every_step = self.device.type == "cpu" and not ranks.active
         self._log_start(resume, precision_note)
 
@@ -452,24 +409,33 @@ class Trainer:
         self.log(f"{'resuming' if resume else 'training'} {self.run_dir}: {feed.describe()}, vocabulary "
                  f"{self.tokenizer.vocab_size}, {self.model.num_parameters():,} parameters, device {self.device} "
                  f"({precision_note})")
-        self.log(f"plan: {progress.total_steps:,} steps of {feed.batch_description()} "
-                 f"({progress.total_steps / feed.steps_per_epoch:.2f} epochs), from step {progress.step:,}"
-                 + (f", at most {config.max_time:g} s" if config.max_time else ""))
-        described = self.scaling.describe(config.batch_size, feed.steps_per_epoch, self.schedule)
-        self.log(format_schedule(described))
+        if progress.total_steps >= TIMED_PLAN:
+            self.log(f"plan: steps of {feed.batch_description()} for {config.max_time:g} s, from step "
+                     f"{progress.step:,} (the number of steps is fitted to the time after the first few)")
+        else:
+            self.log(f"plan: {progress.total_steps:,} steps of {feed.batch_description()} "
+                     f"({progress.total_steps / feed.steps_per_epoch:.2f} epochs), from step {progress.step:,}"
+                     + (f", at most {config.max_time:g} s" if config.max_time else ""))
+        if progress.total_steps < TIMED_PLAN:  # (a timed plan's schedule is shown once fitted)
+            self.log(format_schedule(self.scaling.describe(config.batch_size, feed.steps_per_epoch, self.schedule)))
         if self.schedule.warmup_steps < round(self.scaling.warmup_epochs(config.batch_size) * feed.steps_per_epoch):
             self.log(f"warmup cut to {self.schedule.warmup_steps:,} steps: half of this short plan")
 
     # --- the loop ------------------------------------------------------------------------
     def fit(self, stop: threading.Event | None = None) -> TrainResult:
         progress, config, feed = self.state.progress, self.config, self.feed
-        budget = TimeBudget(config.max_time, progress)
+        budget = self.budget = TimeBudget(config.max_time, progress)
+        self.val_plan = ValidationPlan(config.eval_every)  # refitted to --max-time with the plan
+        budget.next_fit = progress.step + min(TimeBudget.FIRST_FIT, config.eval_every)  # (before the first validation)
+        self.validated_at = progress.step // config.eval_every * config.eval_every  # (or would have been)
+        self.next_validation = self.validated_at + config.eval_every
         self.window = LogWindow(self.device)
-        self.bar = tqdm(total=progress.total_steps, initial=progress.step, unit="step", dynamic_ncols=True,
+        shown_total = progress.total_steps if progress.total_steps < TIMED_PLAN else None  # (not fitted yet)
+        self.bar = tqdm(total=shown_total, initial=progress.step, unit="step", dynamic_ncols=True,
                         disable=not self.progress_bar, file=sys.stderr,
                         mininterval=0.5 if sys.stderr.isatty() else 30)
         self.model.train()
-        validated_at = saved_at = -1
+        saved_at = -1
         with StopSignals(self.log, stop) as signals, self.bar:
             policy = StopPolicy(signals, budget, self.ranks, self.device)
             while progress.step < progress.total_steps and not policy.asked:
@@ -488,7 +454,7 @@ class Trainer:
                 self.update(loss, batch)
                 now = budget.tick(progress)
                 self.window.add(loss, batch.targets)
-                if config.max_time is not None and progress.step - budget.start_step == TimeBudget.FIRST_FIT:
+                if config.max_time is not None and progress.step == budget.next_fit:
                     self.fit_plan(budget, now, batch)
                 # log
                 at_end = progress.step == progress.total_steps
@@ -496,20 +462,15 @@ class Trainer:
                     self.recover("training loss")
                     continue
                 # validate and checkpoint
-                if progress.step % config.eval_every == 0 or at_end:
-                    if not math.isfinite(self.validate()):
+                if progress.step >= self.next_validation or at_end:
+                    if not self.validate_and_save(budget, now, whole=at_end):
                         self.recover("validation loss")
                         continue
-                    self.save()
-                    validated_at = saved_at = progress.step
-                    budget.eval_seconds = time.perf_counter() - now
-                    if config.max_time is not None and progress.step < progress.total_steps:
-                        self.fit_plan(budget)
-                    self.window.start = budget.resume_ticking()  # validation is not training time
+                    saved_at = progress.step
                 # stop
                 if policy.should_stop(at_log_step=progress.step % config.log_every == 0):
                     break
-        return self.finish(policy.reason, validated_at, saved_at)
+        return self.finish(policy.reason, saved_at)
 
     def set_lr(self, batch: Batch) -> float:
         # A shorter chunk (variable BPTT, or the last of an epoch) gets a proportionally
@@ -555,29 +516,65 @@ class Trainer:
         return True
 
     def fit_plan(self, budget: TimeBudget, now: float | None = None, batch: Batch | None = None) -> None:
-        """Refit the plan to what is left of --max-time. Until a validation has been timed,
-        guess it as a forward pass over the validation text: about a third of a training
-        step's time per character."""
-        progress, eval_seconds = self.state.progress, budget.eval_seconds
-        if eval_seconds is None:
-            eval_seconds = self.feed.val_targets * (now - budget.start) / (budget.FIRST_FIT * batch.targets * 3)
-        total, step_seconds = budget.fitted_plan(progress, eval_seconds, self.config.eval_every)
-        total = self.ranks.from_main(total, self.device)  # every rank follows rank 0's clock
+        """Refit the plan, and the validations within it, to what is left of --max-time.
+        Until a validation has been timed, guess one as a forward pass over the validation
+        text: about a third of a training step's time per character."""
+        progress, config, whole = self.state.progress, self.config, self.feed.val_targets
+        step_seconds = budget.step_seconds(progress)
+        cost = budget.cost or ValidationCost(step_seconds / (3 * batch.targets), 0.0)
+        total, plan = progress.total_steps, self.val_plan
+        for _ in range(2):  # the validations depend on the steps left, and the steps on them
+            plan = plan_validation(budget.validation_allowance(), max(0, total - progress.step), config.eval_every,
+                                   whole, cost, self.val_plan.sample)
+            during = cost.seconds(whole if plan.sample is None else plan.sample)
+            total = fit_to_time(progress.requested_steps, progress.step, budget.seconds_left(), step_seconds, during,
+                                plan.every, cost.seconds(whole))
+        total = self.ranks.from_main(total, self.device)  # every rank follows rank 0's clock and plan
+        plan = ValidationPlan(self.ranks.from_main(plan.every, self.device),
+                              self.ranks.from_main(-1 if plan.sample is None else plan.sample, self.device))
+        plan = plan if plan.sample != -1 else ValidationPlan(plan.every)
+        first, old = progress.total_steps >= TIMED_PLAN, self.val_plan
         if abs(total - progress.total_steps) > progress.total_steps // 100:
-            self.log(f"plan fitted to --max-time {self.config.max_time:g}: {total:,} steps "
-                     f"({step_seconds * 1000:.0f} ms a step, {eval_seconds:.1f} s a validation)")
+            self.log(f"plan fitted to --max-time {config.max_time:g}: {total:,} steps "
+                     f"({step_seconds * 1000:.0f} ms a step, {cost.seconds(whole):.1f} s a validation)")
+        steps_left = total - progress.step
+        if (plan.sample, plan.every > steps_left) != (old.sample, old.every > steps_left):  # a new kind of plan
+            self.log(describe_validation(plan, whole, steps_left))
+        self.val_plan, budget.next_fit = plan, progress.step + max(1, (total - progress.step) // 10)
+        self.next_validation = max(progress.step + 1, self.validated_at + plan.every)
         progress.total_steps = self.schedule.total_steps = self.bar.total = total
+        if first:  # the schedule's length is known only now
+            self.log(format_schedule(self.scaling.describe(config.batch_size, self.feed.steps_per_epoch,
+                                                           self.schedule)))
         self.bar.refresh()
 
-    def finish(self, stopped: StopReason, validated_at: int, saved_at: int) -> TrainResult:
+    def validate_and_save(self, budget: TimeBudget, now: float, whole: bool) -> bool:
+        """A validation (on the plan's sample, unless ``whole``) and a checkpoint; False,
+        with nothing saved, when the validation loss is not finite."""
+        if not math.isfinite(self.validate(None if whole else self.val_plan.sample)):
+            return False
+        self.save()
+        self.validated_at = self.state.progress.step
+        self.next_validation = self.validated_at + self.val_plan.every
+        scoring, scored = self.last_scoring
+        budget.cost = ValidationCost(scoring / max(1, scored), time.perf_counter() - now - scoring)
+        if self.config.max_time is not None and self.state.progress.step < self.state.progress.total_steps:
+            self.fit_plan(budget)
+        self.window.start = budget.resume_ticking()  # validation is not training time
+        return True
+
+    def finish(self, stopped: StopReason, saved_at: int) -> TrainResult:
         progress = self.state.progress
-        if stopped == "time" and validated_at != progress.step:
+        if stopped == "time" and self.whole_validated_at != progress.step:  # the figure is the whole text's
             self.validate()
+            saved_at = -1  # (the summary in config.json follows)
         if saved_at != progress.step:
             self.save()
         best = "n/a" if progress.best_val_loss is None else f"{progress.best_val_loss / LN2:.4f}"
         verb = "finished" if stopped == "done" else f"stopped ({stopped})"
-        self.log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}; "
+        spent = "" if self.config.max_time is None else \
+            f"; validation took {self.budget.val_seconds:.1f} s ({self.budget.val_seconds / self.config.max_time:.1%})"
+        self.log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}{spent}; "
                  f"checkpoint in {self.run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
         return TrainResult(self.run_dir, progress.step, progress.total_steps, self.epoch(), progress.best_val_loss,
                            progress.last_val_loss, stopped, self.history, self.model.eval())
@@ -601,25 +598,35 @@ class Trainer:
             checkpoint.write_config(self.run_dir, self.config_record | {"lr_schedule": lr_record,
                                                                         "summary": summary(self.state.progress)})
 
-    def validate(self) -> float:
-        progress = self.state.progress
-        val_loss = self.feed.evaluate(self.model)
+    def validate(self, sample: int | None = None) -> float:
+        """The validation loss, on the whole text or (``sample``) on a fixed part of it. Only
+        the whole text's figure competes for the best weights."""
+        progress, start = self.state.progress, time.perf_counter()
+        val_loss, scored = self.feed.evaluate(self.model, sample)
+        self.last_scoring = (time.perf_counter() - start, scored)
         if not math.isfinite(val_loss):
             return val_loss  # the caller goes back to the last checkpoint; nothing is saved
-        progress.last_val_loss = val_loss
-        is_best = progress.best_val_loss is None or val_loss < progress.best_val_loss
+        progress.last_val_loss, whole = val_loss, sample is None
+        is_best = whole and (progress.best_val_loss is None or val_loss < progress.best_val_loss)
+        if whole:
+            self.whole_validated_at = progress.step
         if is_best:
             progress.best_val_loss = val_loss
             if self.ranks.main:
                 checkpoint.save_tensors(self.run_dir / checkpoint.BEST, self.model.state_dict(),
                                         {"step": progress.step})
         self.record({"event": "val", "val_loss": val_loss, "val_bpc": val_loss / LN2, "best": is_best,
-                     "elapsed": round(progress.train_seconds, 2)})
+                     "whole": whole, "chars": scored, "elapsed": round(progress.train_seconds, 2)})
+        part = "" if whole else f" on {scored:,} of its {self.feed.val_targets:,} chars"
         self.log(f"step {progress.step:,}  epoch {self.epoch():.2f}  val loss {val_loss:.4f}  "
-                 f"val bpc {val_loss / LN2:.4f}{'  (best)' if is_best else ''}")
+                 f"val bpc {val_loss / LN2:.4f}{part}{'  (best)' if is_best else ''}")
         if self.config.sample_chars and self.ranks.main:
             self.show_samples()
         self.model.train()
+        spent = time.perf_counter() - start
+        progress.val_seconds += spent
+        if self.budget is not None:
+            self.budget.val_seconds += spent
         return val_loss
 
     def show_samples(self) -> None:
@@ -655,6 +662,7 @@ class Trainer:
         bad_step = progress.step
         self.state.load(self.run_dir, self.device, self.my_streams)
         progress.nonfinite, progress.lr_factor = tries, factor
+        self.validated_at, self.next_validation = progress.step, progress.step + self.val_plan.every
         self.log(f"the {where} became NaN or infinite at step {bad_step:,}: back to the checkpoint at step "
                  f"{progress.step:,} with the learning rate x{factor:g} ({tries} of {config.nonfinite_retries})")
         self.record({"event": "nonfinite", "where": where, "at_step": bad_step, "lr_factor": factor})
@@ -681,6 +689,15 @@ def first_prime(corpus: Corpus) -> str:
     return "\n" if "\n" in corpus.tokenizer else corpus.tokenizer.decode(corpus.train_ids[:1])
 
 
+def describe_validation(plan: ValidationPlan, whole: int, steps_left: int) -> str:
+    if plan.sample is None:
+        return f"validation: every {plan.every:,} steps on the whole validation text"
+    if plan.every > steps_left:
+        return f"validation: on the whole text at the end only, to keep it within {VAL_SHARE:.0%} of --max-time"
+    return (f"validation: every {plan.every:,} steps on a sample of {plan.sample:,} of its {whole:,} characters, and "
+            f"on the whole text at the end, to keep it within {VAL_SHARE:.0%} of --max-time")
+
+
 def summary(progress: Progress) -> dict:
     best = progress.best_val_loss
     return {
@@ -688,6 +705,7 @@ def summary(progress: Progress) -> dict:
         "total_steps": progress.total_steps,
         "chars_seen": progress.chars_seen,
         "train_seconds": round(progress.train_seconds, 2),
+        "validation_seconds": round(progress.val_seconds, 2),
         "best_val_loss": best,
         "best_val_bpc": None if best is None else best / LN2,
     }

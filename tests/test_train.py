@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from chargen import ChargenError, load_corpus, train
+from chargen.budget import fit_to_time
 from chargen.checkpoint import TRAINER, load_tensors, read_config
-from chargen.train import fit_to_time
 from conftest import interrupt_at, needs_bf16, tiny_model, tiny_train
 
 

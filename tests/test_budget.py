@@ -1,0 +1,105 @@
+"""--max-time: validation held to a share of the budget (a fixed sample during the run, the
+whole text at the end), and a timed run planned over the whole budget."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chargen import load_corpus, train
+from chargen.budget import MIN_SAMPLE, ValidationCost, ValidationPlan, plan_validation
+from chargen.feeds import StreamFeed
+from chargen.model import CharLSTM
+from chargen.train import DEFAULT_EPOCHS, TIMED_PLAN, TrainConfig, requested_steps
+from conftest import make_text, tiny_model, tiny_train
+
+
+def planned_seconds(plan: ValidationPlan, steps_left: int, whole: int, cost: ValidationCost) -> float:
+    during = steps_left // plan.every if plan.every <= steps_left else 0
+    return during * cost.seconds(whole if plan.sample is None else plan.sample) + cost.seconds(whole)
+
+
+def test_the_whole_text_every_time_when_it_fits():
+    cost = ValidationCost(per_target=1e-5, fixed=0.1)  # whole text: 1.1 s
+    assert plan_validation(100.0, 1000, 100, 100_000, cost) == ValidationPlan(100)
+
+
+def test_a_sample_when_the_whole_text_does_not_fit():
+    cost = ValidationCost(per_target=1e-5, fixed=0.1)  # whole: 1.1 s; 10 validations + the final
+    plan = plan_validation(6.0, 1000, 100, 100_000, cost)
+    assert plan.every == 100 and MIN_SAMPLE <= plan.sample < 100_000
+    assert planned_seconds(plan, 1000, 100_000, cost) <= 6.0
+
+
+def test_fewer_validations_when_even_the_smallest_sample_does_not_fit():
+    cost = ValidationCost(per_target=1e-4, fixed=0.0)  # the smallest sample: 0.82 s; whole: 10 s
+    plan = plan_validation(12.0, 1000, 10, 100_000, cost)
+    assert plan.sample == MIN_SAMPLE and plan.every > 10
+    assert planned_seconds(plan, 1000, 100_000, cost) <= 12.0
+    assert plan_validation(10.5, 1000, 10, 100_000, cost).every > 1000  # none fits: at the end only
+
+
+def test_a_run_keeps_its_sample():
+    cost = ValidationCost(per_target=1e-5, fixed=0.0)
+    plan = plan_validation(3.0, 500, 50, 200_000, cost, sample=12_345)
+    assert plan.sample == 12_345
+
+
+@settings(max_examples=300, deadline=None)
+@given(allowance=st.floats(0.0, 1000.0), steps_left=st.integers(0, 100_000), eval_every=st.integers(1, 5000),
+       whole=st.integers(2, 10_000_000), per_target=st.floats(1e-9, 1e-3), fixed=st.floats(0.0, 5.0))
+def test_the_plan_keeps_within_the_allowance_whenever_the_final_validation_does(allowance, steps_left, eval_every,
+                                                                                whole, per_target, fixed):
+    cost = ValidationCost(per_target, fixed)
+    plan = plan_validation(allowance, steps_left, eval_every, whole, cost)
+    assert plan.every >= eval_every and (plan.sample is None or 1 <= plan.sample <= whole)
+    if cost.seconds(whole) <= allowance:  # the final whole validation is never given up
+        assert planned_seconds(plan, steps_left, whole, cost) <= allowance * (1 + 1e-9) + 1e-12
+
+
+def test_a_sample_is_the_same_characters_every_time(corpus_file):
+    corpus = load_corpus(corpus_file, val_fraction=0.4)
+    feed = StreamFeed(corpus.train_ids, corpus.val_ids, 4, 16, False, "cpu")
+    model = CharLSTM(replace(tiny_model(), vocab_size=corpus.tokenizer.vocab_size))
+    (a, scored), (b, _) = feed.evaluate(model, 3000), feed.evaluate(model, 3000)
+    whole, all_scored = feed.evaluate(model)
+    assert a == b and 3000 <= scored < all_scored and a != whole
+    assert all_scored == feed.n_val_streams * (feed.val_streams.length - 1)
+
+
+def test_a_timed_run_validates_on_a_sample_and_reports_the_whole_text(tmp_path):
+    """A validation text far dearer to score than the budget allows at every --eval-every:
+    samples during the run, the whole text at the end, and only that competes for best."""
+    text, val = tmp_path / "train.txt", tmp_path / "val.txt"
+    text.write_text(make_text(600, seed=1))
+    val.write_text(make_text(6000, seed=2))  # about 300,000 characters
+    corpus = load_corpus(text, val_path=val)
+    result = train(corpus, tmp_path / "run", tiny_model(hidden=64), tiny_train(steps=None, max_time=6.0,
+                                                                                 eval_every=5, sample_chars=0))
+    vals = [e for e in result.history if e["event"] == "val"]
+    assert vals[-1]["whole"] and vals[-1]["chars"] >= len(corpus.val_ids) - 64
+    during = [e for e in vals[:-1] if e["step"] > 5]  # (the first validation may come before the first fit)
+    assert during and not any(e["whole"] for e in during) and len({e["chars"] for e in during}) == 1
+    assert not any(e["best"] for e in vals[:-1] if not e["whole"])
+    assert result.best_val_loss == pytest.approx(vals[-1]["val_loss"])
+    summary = json.loads((tmp_path / "run" / "config.json").read_text())["summary"]
+    assert 0 < summary["validation_seconds"] < 6.0
+
+
+def test_a_timed_run_without_epochs_is_planned_over_the_whole_budget(tmp_path):
+    """No default epoch count ends a --max-time run early: on a tiny text it trains far
+    past DEFAULT_EPOCHS."""
+    assert requested_steps(TrainConfig(max_time=60), 100) == TIMED_PLAN
+    assert requested_steps(TrainConfig(max_time=60, epochs=2), 100) == 200
+    assert requested_steps(TrainConfig(), 100) == DEFAULT_EPOCHS * 100
+    text = tmp_path / "tiny.txt"
+    text.write_text(make_text(12, seed=5))
+    corpus = load_corpus(text)
+    result = train(corpus, tmp_path / "run", tiny_model(hidden=16, layers=1),
+                   tiny_train(steps=None, max_time=4.0, batch_size=2, bptt=8, eval_every=50, sample_chars=0))
+    assert result.epoch > DEFAULT_EPOCHS and result.total_steps < TIMED_PLAN
+    assert np.isfinite(result.best_val_loss)
+
