@@ -1,0 +1,97 @@
+"""A plain PyTorch char-LSTM loop: the baseline of benchmarks/budget.py.
+
+The recipe a careful user would write in about 60 lines, as issue 16 describes it: the text
+as 32 contiguous streams, chunks of 128, the LSTM state carried (detached) between chunks,
+Adam at 2e-3, no dropout, gradient clipping at 1, the learning rate on a cosine over the
+time budget down to a tenth, fp32. Nothing of chargen runs in the loop; chargen's evaluator
+scores the result on the validation file (whole text, state carried), so its figure is the
+same measure as a chargen run's.
+
+    python benchmarks/plain_loop.py TRAIN.txt VAL.txt --hidden 256 --max-time 137 [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from chargen.corpus import eval_streams
+from chargen.evaluate import evaluate_streams
+
+
+class CharLSTM(nn.Module):
+    def __init__(self, vocab: int, hidden: int, layers: int, embedding: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embedding)
+        self.lstm = nn.LSTM(embedding, hidden, layers)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, x, state=None):
+        out, state = self.lstm(self.embed(x), state)
+        return self.head(out), state
+
+
+def train(train_ids: np.ndarray, vocab: int, hidden: int, layers: int, seconds: float, batch: int = 32,
+          bptt: int = 128, lr: float = 2e-3, steps: int | None = None) -> tuple[CharLSTM, int, float]:
+    """Trains for ``seconds`` (the cosine runs over the time), or for ``steps`` updates."""
+    torch.manual_seed(0)
+    n = len(train_ids) // batch
+    data = torch.from_numpy(train_ids[: n * batch].astype(np.int64)).view(batch, n).t().contiguous()  # (time, batch)
+    model = CharLSTM(vocab, hidden, layers)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    step, position, state, start = 0, 0, None, time.perf_counter()
+    while (done := (step / steps if steps else (time.perf_counter() - start) / seconds)) < 1:
+        for group in optimizer.param_groups:  # cosine over the budget, to a tenth
+            group["lr"] = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
+        if position + bptt + 1 > n:
+            position, state = 0, None
+        x, y = data[position : position + bptt], data[position + 1 : position + 1 + bptt]
+        logits, state = model(x, state)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        state = tuple(s.detach() for s in state)
+        position, step = position + bptt, step + 1
+    return model, step, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("train_file", type=Path)
+    parser.add_argument("val_file", type=Path)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--max-time", type=float, help="training seconds")
+    parser.add_argument("--steps", type=int, help="updates, instead of --max-time")
+    parser.add_argument("--json", type=Path, help="write the result here")
+    args = parser.parse_args()
+    train_text, val_text = (p.read_text(encoding="utf-8") for p in (args.train_file, args.val_file))
+    chars = sorted(set(train_text) | set(val_text))
+    index = {c: i for i, c in enumerate(chars)}
+    train_ids, val_ids = (np.array([index[c] for c in text], dtype=np.int64) for text in (train_text, val_text))
+    if (args.max_time is None) == (args.steps is None):
+        parser.error("give --max-time or --steps")
+    model, steps, seconds = train(train_ids, len(chars), args.hidden, args.layers, args.max_time, steps=args.steps)
+    val_loss = evaluate_streams(model, eval_streams(val_ids))
+    result = {"val_loss": val_loss, "steps": steps, "train_seconds": round(seconds, 1),
+              "chars_per_s": round(steps * 32 * 128 / seconds)}
+    print(json.dumps(result))
+    if args.json:
+        args.json.write_text(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
