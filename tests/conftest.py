@@ -77,6 +77,19 @@ def trained_run(tmp_path_factory, corpus_file) -> Path:
     return run_dir
 
 
+def shelf_of_models(base: Path, trained_run: Path) -> Path:
+    """``base/models`` with a tiny stream model ("shakespeare") and a tiny lines model
+    ("names"), as the app and the serving layer offer them."""
+    from chargen import checkpoint, load_corpus, train
+
+    checkpoint.export_run(trained_run, base / "models" / "shakespeare")
+    names = base / "names.txt"
+    names.write_text("\n".join(name_list(300)) + "\n")
+    train(load_corpus(names, mode="lines"), base / "names-run", tiny_model(), tiny_train(steps=20, eval_every=10))
+    checkpoint.export_run(base / "names-run", base / "models" / "names")
+    return base / "models"
+
+
 def interrupt_at(step):
     """An on_event hook that sends this process SIGINT when training reaches ``step``,
     exercising the real Ctrl-C path: stop after the step, save, return."""

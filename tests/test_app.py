@@ -13,8 +13,8 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from chargen import checkpoint, load_corpus, train  # noqa: E402
-from conftest import make_text, name_list, start_app, tiny_model, tiny_train  # noqa: E402
+from chargen import checkpoint  # noqa: E402
+from conftest import make_text, shelf_of_models, start_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -25,11 +25,7 @@ def served(tmp_path_factory, trained_run):
     """models/ holds a tiny stream model ("shakespeare", the default) and a tiny lines model
     ("names"); the app serves them and writes its own runs to runs/."""
     base = tmp_path_factory.mktemp("app")
-    checkpoint.export_run(trained_run, base / "models" / "shakespeare")
-    names = base / "names.txt"
-    names.write_text("\n".join(name_list(300)) + "\n")
-    train(load_corpus(names, mode="lines"), base / "names-run", tiny_model(), tiny_train(steps=20, eval_every=10))
-    checkpoint.export_run(base / "names-run", base / "models" / "names")
+    shelf_of_models(base, trained_run)
     with start_app(["--models", str(base / "models"), "--runs", str(base / "runs")], cwd=base) as (url, server):
         yield {"url": url, "base": base, "server": server}
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from chargen import ChargenError, checkpoint, load_corpus, train
+from chargen import ChargenError, checkpoint
 from chargen.serving import BUSY, Limits, Service, Writing, stream_text
-from conftest import make_text, name_list, tiny_model, tiny_train
+from conftest import make_text, shelf_of_models
 
 
 @pytest.fixture(scope="module")
@@ -19,11 +19,7 @@ def service(tmp_path_factory, trained_run):
     """models/ holds a stream model ("shakespeare") and a lines model ("names"); corpora/
     one small text; training limits low enough for tests."""
     base = tmp_path_factory.mktemp("serving")
-    checkpoint.export_run(trained_run, base / "models" / "shakespeare")
-    names = base / "names.txt"
-    names.write_text("\n".join(name_list(300)) + "\n")
-    train(load_corpus(names, mode="lines"), base / "names-run", tiny_model(), tiny_train(steps=20, eval_every=10))
-    checkpoint.export_run(base / "names-run", base / "models" / "names")
+    shelf_of_models(base, trained_run)
     (base / "corpora").mkdir()
     (base / "corpora" / "tiny.txt").write_text(make_text(200, seed=3))
     return Service(base / "models", base / "runs", base / "corpora",
