@@ -25,7 +25,7 @@ from pathlib import Path
 import gradio as gr
 
 from chargen import ChargenError
-from chargen.serving import DEFAULTS, PRESETS, Limits, Service, TrainingView
+from chargen.serving import AUTO, DEFAULTS, PRESETS, Limits, Service, TrainingView
 
 ROOT = Path(__file__).resolve().parent
 
@@ -128,7 +128,8 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, de
                 corpus = gr.Dropdown(list(service.corpora()), value="shakespeare.txt",
                                      label="or a shipped corpus", allow_custom_value=True)
             with gr.Row():
-                preset = gr.Radio(list(PRESETS), value="small (1x256)", label="model size")
+                preset = gr.Radio(list(PRESETS), value=AUTO, label="model size",
+                                  info="auto: a quick speed test picks the size that should do best in the time")
                 seconds = gr.Slider(limits.min_train_seconds, limits.max_train_seconds, value=60, step=10,
                                     label="time budget (seconds)")
                 run_name = gr.Textbox(label="run name (optional)", max_length=48)

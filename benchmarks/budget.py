@@ -5,15 +5,18 @@ Data: the first 1,000,000 characters of corpora/shakespeare.txt, split 90/10 int
 training file and a validation file (``--val-file``). Every chargen run goes through the
 CLI, ``chargen train TRAIN --val-file VAL --max-time B`` plus the configuration's flags;
 its figure is the best whole-text validation loss in its summary. The plain loop is
-benchmarks/plain_loop.py, scored by the same evaluator.
+benchmarks/plain_loop.py, scored by the same evaluator. Configurations: ``auto`` (no model
+flags: the size chosen for the budget), ``before`` (see below),
+``LAYERSxHIDDEN:DROPOUT`` (the sweep; weight decay by the epochs) and ``plain:LAYERSxHIDDEN``.
+``before`` runs chargen as issue 16 found it: all defaults, from a git worktree of BEFORE_REV.
 
     python benchmarks/budget.py                                  # the whole grid: hours
-    python benchmarks/budget.py --isa AVX2 --budgets 137 --configs defaults 1x256:0 plain:1x256
+    python benchmarks/budget.py --isa AVX2 --budgets 137 --configs auto before 1x256:0 plain:1x256
     python benchmarks/budget.py --report                         # the table and plot from what is done
 
 Each run is appended to OUT/results.jsonl as it ends, and a run already there is not run
-again, so the grid can be filled in over several sittings. Runs are timed: one at a time,
-on a quiet machine.
+again, so the grid can be filled in over several sittings (rows name the CPU, and machines
+are never mixed in a table). Runs are timed: one at a time, on a quiet machine.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = 1_000_000
 SWEEP = [f"{size}:{dropout}" for size in ("1x256", "1x512", "2x256", "2x512") for dropout in ("0", "0.1")]
-CONFIGS = ["defaults", *SWEEP, "plain:1x256", "plain:1x512"]
+# "before": chargen as issue 16 found it (its defaults: 1x512, dropout 0.1, weight decay 0.01,
+# a forget-gate bias of 1, validation unbounded), run from a git worktree of that commit.
+BEFORE_REV = "245bee7"
+CONFIGS = ["auto", "before", *SWEEP, "plain:1x256", "plain:1x512"]
 
 
 def prepare(out: Path) -> tuple[Path, Path]:
@@ -44,13 +50,22 @@ def prepare(out: Path) -> tuple[Path, Path]:
     return train, val
 
 
+def before_tree(out: Path) -> Path:
+    """A checkout of BEFORE_REV, made once."""
+    tree = out / f"before-{BEFORE_REV}"
+    if not (tree / "chargen").is_dir():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(tree), BEFORE_REV],
+                       check=True, capture_output=True)
+    return tree
+
+
 def command(config: str, train: Path, val: Path, budget: float, run: Path) -> list[str]:
     if config.startswith("plain:"):
         layers, hidden = config.removeprefix("plain:").split("x")
         return [sys.executable, str(ROOT / "benchmarks" / "plain_loop.py"), str(train), str(val), "--hidden", hidden,
                 "--layers", layers, "--max-time", str(budget), "--json", str(run / "plain.json")]
     flags = []
-    if config != "defaults":
+    if config not in ("auto", "before"):
         size, dropout = config.split(":")
         layers, hidden = size.split("x")
         flags = ["--hidden", hidden, "--layers", layers, "--dropout", dropout]
@@ -61,26 +76,36 @@ def command(config: str, train: Path, val: Path, budget: float, run: Path) -> li
 def run_one(config: str, isa: str, budget: float, out: Path, train: Path, val: Path) -> dict:
     run = out / "runs" / f"{isa}-{budget:g}-{config.replace(':', '_')}"
     run.mkdir(parents=True, exist_ok=True)
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    code = before_tree(out) if config == "before" else ROOT  # (python -m puts the working folder first)
+    env = os.environ | {"PYTHONPATH": str(code)}
     env.pop("ONEDNN_MAX_CPU_ISA", None)
     if isa != "native":
         env["ONEDNN_MAX_CPU_ISA"] = isa
     start = time.perf_counter()
-    done = subprocess.run(command(config, train, val, budget, run), env=env, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(command(config, train, val, budget, run), env=env, cwd=code, capture_output=True, text=True)
     wall = time.perf_counter() - start
     (run / "log.txt").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise SystemExit(f"{config} ({isa}, {budget:g} s) failed:\n{(done.stderr or done.stdout)[-2000:]}")
-    row = {"config": config, "isa": isa, "budget": budget, "wall_seconds": round(wall, 1)}
+    row = {"config": config, "isa": isa, "budget": budget, "wall_seconds": round(wall, 1), "cpu": cpu_name()}
     if config.startswith("plain:"):
         return row | json.loads((run / "plain.json").read_text())
     saved = json.loads((run / "config.json").read_text())
     summary, model = saved["summary"], saved["model"]
-    return row | {"val_loss": summary["best_val_loss"], "steps": summary["step"],
+    chosen = next((line for line in done.stderr.splitlines() if line.startswith("model: ")), None)
+    return row | {"val_loss": summary["best_val_loss"], "steps": summary["step"], "chosen": chosen,
                   "train_seconds": summary["train_seconds"], "validation_seconds": summary.get("validation_seconds"),
                   "chars_per_s": round(summary["chars_seen"] / summary["train_seconds"]),
-                  "model": f"{model['layers']}x{model['hidden']}, dropout {model['dropout']}",
+                  "model": f"{model['layers']}x{model['hidden']}, dropout {model['dropout']}, "
+                           f"weight decay {saved['train']['weight_decay']}",
                   "precision": saved.get("precision_used")}
+
+
+def cpu_name() -> str:
+    """The CPU's model name: a grid filled over several sittings must not mix machines."""
+    from throughput import cpu_model
+
+    return cpu_model()
 
 
 def load_results(out: Path) -> list[dict]:
@@ -88,21 +113,26 @@ def load_results(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def machine(row: dict) -> str:
+    return f"{row.get('cpu', 'unknown CPU')}, {row['isa']}"
+
+
 def report(rows: list[dict]) -> str:
     lines = []
-    for isa in sorted({r["isa"] for r in rows}):
-        for budget in sorted({r["budget"] for r in rows if r["isa"] == isa}):
-            group = sorted((r for r in rows if r["isa"] == isa and r["budget"] == budget), key=lambda r: r["val_loss"])
+    for where in sorted({machine(r) for r in rows}):
+        for budget in sorted({r["budget"] for r in rows if machine(r) == where}):
+            group = sorted((r for r in rows if machine(r) == where and r["budget"] == budget),
+                           key=lambda r: r["val_loss"])
             best_sweep = min((r["val_loss"] for r in group if r["config"] in SWEEP), default=None)
-            lines += ["", f"### {isa}, {budget:g} s", "",
-                      "| configuration | val loss (nats/char) | against the sweep's best | steps | chars/s | "
-                      "validation share |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+            lines += ["", f"### {where}, {budget:g} s", "",
+                      "| configuration | model | val loss (nats/char) | against the sweep's best | steps | chars/s | "
+                      "validation share |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
             for r in group:
                 gap = "" if best_sweep is None else f"{r['val_loss'] - best_sweep:+.3f}"
                 share = r.get("validation_seconds")
                 share = "" if share is None else f"{share / budget:.1%}"
-                lines.append(f"| {r['config']} | {r['val_loss']:.4f} | {gap} | {r['steps']:,} | {r['chars_per_s']:,} | "
-                             f"{share} |")
+                lines.append(f"| {r['config']} | {r.get('model', '')} | {r['val_loss']:.4f} | {gap} | {r['steps']:,} | "
+                             f"{r['chars_per_s']:,} | {share} |")
     return "\n".join(lines)
 
 
@@ -112,11 +142,11 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    isas = sorted({r["isa"] for r in rows})
+    isas = sorted({machine(r) for r in rows})
     fig, axes = plt.subplots(1, len(isas), figsize=(6 * len(isas), 4.5), squeeze=False)
     for ax, isa in zip(axes[0], isas, strict=True):
-        for config in sorted({r["config"] for r in rows if r["isa"] == isa}):
-            points = sorted((r["budget"], r["val_loss"]) for r in rows if r["isa"] == isa and r["config"] == config)
+        for config in sorted({r["config"] for r in rows if machine(r) == isa}):
+            points = sorted((r["budget"], r["val_loss"]) for r in rows if machine(r) == isa and r["config"] == config)
             ax.plot(*zip(*points, strict=True), marker="o", label=config,
                     linestyle="--" if config.startswith("plain") else "-")
         ax.set(title=f"{isa}", xlabel="budget (s)", ylabel="validation loss (nats/char)", xscale="log")
@@ -133,17 +163,18 @@ def main() -> None:
     parser.add_argument("--isa", nargs="+", default=["native", "AVX2"],
                         help="native, or an ONEDNN_MAX_CPU_ISA value such as AVX2 (default: both)")
     parser.add_argument("--configs", nargs="+", default=CONFIGS,
-                        help="defaults, LAYERSxHIDDEN:DROPOUT (today's other defaults), plain:LAYERSxHIDDEN")
+                        help="auto, before, LAYERSxHIDDEN:DROPOUT, plain:LAYERSxHIDDEN")
     parser.add_argument("--report", action="store_true", help="only print the table (and plot) of what is done")
     parser.add_argument("--plot", type=Path, help="also draw val loss against budget here (PNG)")
     args = parser.parse_args()
+    args.out = args.out.resolve()  # (runs start in other folders)
     train, val = prepare(args.out)
-    done = {(r["config"], r["isa"], r["budget"]) for r in load_results(args.out)}
+    done = {(r["config"], r["isa"], r["budget"], r.get("cpu")) for r in load_results(args.out)}
     if not args.report:
         for isa in args.isa:
             for budget in args.budgets:
                 for config in args.configs:
-                    if (config, isa, budget) in done:
+                    if (config, isa, budget, cpu_name()) in done:
                         continue
                     print(f"{isa} {budget:g} s {config} ...", file=sys.stderr, flush=True)
                     row = run_one(config, isa, budget, args.out, train, val)

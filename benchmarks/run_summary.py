@@ -27,14 +27,15 @@ def main() -> None:
             last_train = e
         elif e["event"] == "val":
             train_loss = f"{last_train['loss']:.3f}" if last_train else ""
+            part = "" if e.get("whole", True) else f" (on {e['chars']:,} chars)"  # a sample, during a timed run
             print(f"| {e['step']} | {e['epoch']:.2f} | {e['elapsed']:.0f} | {train_loss} | "
-                  f"{e['val_loss']:.4f} | {e['val_bpc']:.4f} |")
+                  f"{e['val_loss']:.4f}{part} | {e['val_bpc']:.4f} |")
     speeds = sorted(e["chars_per_s"] for e in train_events[1:])
     if speeds:
         print(f"\nmedian training speed: {speeds[len(speeds) // 2]:,} chars/s")
-    best = min((e["val_loss"] for e in events if e["event"] == "val"), default=None)
+    best = min((e["val_loss"] for e in events if e["event"] == "val" and e.get("whole", True)), default=None)
     if best is not None:
-        print(f"best validation loss: {best:.4f} nats/char ({best / math.log(2):.4f} bpc)")
+        print(f"best validation loss (whole text): {best:.4f} nats/char ({best / math.log(2):.4f} bpc)")
 
 
 if __name__ == "__main__":

@@ -116,12 +116,18 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     data.add_argument("--encoding", default="utf-8", help="text encoding of the files (default %(default)s)")
     data.add_argument("--errors", default="strict", choices=ERROR_POLICIES,
                       help="what to do with bytes that are not valid in --encoding (default %(default)s)")
-    model = t.add_argument_group("model (fixed once a run starts)")
-    model.add_argument("--hidden", type=positive_int, help=f"LSTM units per layer (default {MODEL_DEFAULTS['hidden']})")
-    model.add_argument("--layers", type=positive_int, help=f"LSTM layers (default {MODEL_DEFAULTS['layers']})")
+    model = t.add_argument_group(
+        "model (fixed once a run starts)",
+        "With --max-time and none of these, a short speed probe picks the size that should do best in the "
+        "time on this machine. Dropout and weight decay not given follow the epochs the run will see: none "
+        "for a run of a few epochs.")
+    model.add_argument("--hidden", type=positive_int, help=f"LSTM units per layer (default {MODEL_DEFAULTS['hidden']}, "
+                       "or chosen for --max-time)")
+    model.add_argument("--layers", type=positive_int,
+                       help=f"LSTM layers (default {MODEL_DEFAULTS['layers']}, or chosen for --max-time)")
     model.add_argument("--embedding", type=positive_int,
                        help=f"character embedding size (default {MODEL_DEFAULTS['embedding']})")
-    model.add_argument("--dropout", type=finite_float, help=f"dropout rate (default {MODEL_DEFAULTS['dropout']})")
+    model.add_argument("--dropout", type=finite_float, help="dropout rate (default: by the epochs)")
     add_training_options(t)
     t.add_argument("--quiet", action="store_true", help="no progress bar or samples")
 
@@ -160,7 +166,7 @@ def add_training_options(t: argparse.ArgumentParser) -> None:
                       "LEGW keeps this many updates at any batch size)")
     lr.add_argument("--decay", choices=DECAYS,
                     help=f"decay from the peak to the end of the plan; poly is quadratic (default {d['decay']})")
-    opt.add_argument("--weight-decay", type=finite_float, help=f"AdamW weight decay (default {d['weight_decay']})")
+    opt.add_argument("--weight-decay", type=finite_float, help="AdamW weight decay (default: by the epochs)")
     opt.add_argument("--clip", type=positive_float, help=f"gradient-norm clipping (default {d['clip']})")
     plan = opt.add_mutually_exclusive_group()
     plan.add_argument("--epochs", type=positive_float,
@@ -241,8 +247,8 @@ def configs_from_args(args: argparse.Namespace, run_dir: Path) -> tuple[ModelCon
     with the flags given (train() refuses the ones that cannot change mid-run)."""
     train_flags = given(args, [n for n in TRAIN_DEFAULTS if n != "max_time"])
     model_flags = given(args, MODEL_FLAGS)
-    if not args.resume:
-        model_config = ModelConfig(vocab_size=1, **model_flags)
+    if not args.resume:  # no model flag: the size is chosen for --max-time, or the default
+        model_config = ModelConfig(**model_flags) if model_flags else None
         return model_config, TrainConfig(**train_flags, max_time=args.max_time)
     saved = checkpoint.read_config(run_dir)
     base = TrainConfig.from_dict(saved["train"])

@@ -67,6 +67,14 @@ class StreamFeed:
         longest = 2 * self.bptt if self.variable_bptt else self.bptt
         return min(longest, self.streams.length - 1), self.streams.n_streams
 
+    def typical_batch(self) -> tuple[int, int]:
+        """(time, batch) of this process's usual chunk: what a speed probe should time."""
+        return self.bptt, self.streams.n_streams
+
+    @property
+    def epoch_targets(self) -> int:
+        return self.n_train
+
     def describe(self) -> str:
         return f"{self.n_train:,} training / {self.val_targets + 1:,} validation chars"
 
@@ -114,6 +122,14 @@ class LinesFeed:
     def largest_batch(self) -> tuple[int, int]:
         """(time, batch) of the widest batch: the longest item (and its <eos>) sets the time."""
         return int(self.items.lengths.max()), min(self.batch_size, len(self.items))
+
+    def typical_batch(self) -> tuple[int, int]:
+        """(time, batch) of a batch of items of the mean length (with its <eos>)."""
+        return max(1, round(float(self.items.lengths.mean()))), min(self.batch_size, len(self.items))
+
+    @property
+    def epoch_targets(self) -> int:
+        return int(self.items.lengths.sum())
 
     def describe(self) -> str:
         chars = int(self.items.n_chars.sum())

@@ -30,7 +30,7 @@ from .model import ModelConfig
 from .sample import DEFAULTS, Sampler, SamplingOptions
 from .train import TrainConfig, TrainResult, train
 
-__all__ = ["DEFAULTS", "PRESETS", "Limits", "Service", "Shelf", "TrainingView", "Writing"]
+__all__ = ["AUTO", "DEFAULTS", "PRESETS", "Limits", "Service", "Shelf", "TrainingView", "Writing"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,12 @@ class Limits:
     queue_size: int = 32  # waiting beyond that are turned away
 
 
-PRESETS = {  # model size presets for the Train tab
-    "tiny (1x128)": ModelConfig(vocab_size=1, embedding=32, hidden=128, layers=1),
-    "small (1x256)": ModelConfig(vocab_size=1, embedding=64, hidden=256, layers=1),
-    "medium (1x512)": ModelConfig(vocab_size=1, embedding=64, hidden=512, layers=1),
+AUTO = "auto (fits the time)"
+PRESETS: dict[str, ModelConfig | None] = {  # model sizes for the Train tab; dropout follows the epochs
+    AUTO: None,  # chosen for the time budget by a speed probe (chargen.autosize)
+    "tiny (1x128)": ModelConfig(embedding=32, hidden=128, layers=1),
+    "small (1x256)": ModelConfig(embedding=64, hidden=256, layers=1),
+    "medium (1x512)": ModelConfig(embedding=64, hidden=512, layers=1),
 }
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
 STREAM_EVERY = 0.05  # seconds between updates sent while streaming
@@ -216,7 +218,7 @@ class TrainingJob:
     def busy(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
-    def start(self, owner: str, text_path: Path, run_dir: Path, model_config: ModelConfig,
+    def start(self, owner: str, text_path: Path, run_dir: Path, model_config: ModelConfig | None,
               config: TrainConfig) -> str:
         """Starts the run; its mode ("stream" or "lines"), as the text decided."""
         with self._lock:
@@ -276,8 +278,9 @@ class TrainingJob:
     def outcome(self, name: str) -> str:
         if self.error or self.result is None:
             return f"**{name}**: {self.error or 'training ended without a result'}"
-        best = self.result.best_val_loss
-        return (f"**{name}** {STOPPED[self.result.stopped]} at step {self.result.step:,}; best validation "
+        best, model = self.result.best_val_loss, self.result.model.config
+        return (f"**{name}** ({model.layers}x{model.hidden}, dropout {model.dropout:g}) "
+                f"{STOPPED[self.result.stopped]} at step {self.result.step:,}; best validation "
                 f"{'n/a' if best is None else f'{best / LN2:.3f}'} bits/char. It is in the Generate tab's list.")
 
 
@@ -357,14 +360,13 @@ class Service:
         """Starts a training for ``owner`` (the page's session) and follows it to its end.
         Checked and started before it returns: a refusal comes at once."""
         text_path = self.pick_corpus(upload, corpus_name)
-        model_config = PRESETS.get(preset) if isinstance(preset, str) else None
-        if model_config is None:
+        if not isinstance(preset, str) or preset not in PRESETS:
             raise ChargenError(f"unknown model size {str(preset)[:40]!r}; pick one from the list")
         limits = self.limits
         seconds = int(clamp(seconds, limits.min_train_seconds, limits.max_train_seconds, 60))
         run_dir = new_run_dir(self.shelf.runs_dir, run_name, text_path)
         config = TrainConfig(max_time=seconds, eval_every=100, log_every=10, sample_chars=200)
-        mode = self.job.start(owner, text_path, run_dir, model_config, config)
+        mode = self.job.start(owner, text_path, run_dir, PRESETS[preset], config)
         name = f"runs/{run_dir.name}"
         view = TrainingView(f"Training **{name}** ({preset}, {mode} mode) for up to {seconds} s…")
         return self._follow(name, view)

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from . import __version__, checkpoint, faults, memory
+from .autosize import choose_size, probe_speed, regularisation
 from .budget import VAL_SHARE, TimeBudget, ValidationCost, ValidationPlan, fit_to_time, plan_validation
 from .checkpoint import Progress, TrainerState
 from .corpus import Corpus
@@ -59,7 +60,7 @@ class TrainConfig:
     base_warmup_epochs: float | None = None  # None: warmup_steps updates at base_batch_size
     warmup_steps: int = 100
     decay: str = "cosine"
-    weight_decay: float = 0.01
+    weight_decay: float | None = None  # None: as the epochs of the run call for (chargen.autosize)
     clip: float = 1.0
     nonfinite_retries: int = 3  # NaN/inf losses survived (back to the checkpoint, half the lr) before giving up
     epochs: float | None = None  # the plan is --steps, else --epochs, else DEFAULT_EPOCHS
@@ -91,8 +92,8 @@ class TrainConfig:
             raise ChargenError("give --epochs or --steps, not both")
         if self.nonfinite_retries < 0:
             raise ChargenError(f"nonfinite_retries must be 0 or more, not {self.nonfinite_retries}")
-        if not 0 <= self.weight_decay <= 1:
-            raise ChargenError(f"--weight-decay must be 0 to 1 (the default is 0.01), not {self.weight_decay}")
+        if self.weight_decay is not None and not 0 <= self.weight_decay <= 1:
+            raise ChargenError(f"--weight-decay must be 0 to 1, not {self.weight_decay}")
         if not 0 <= self.sample_chars <= MAX_SAMPLE_CHARS:
             raise ChargenError(f"--sample-chars must be 0 to {MAX_SAMPLE_CHARS:,}, not {self.sample_chars}")
         if not 0 <= self.seed <= MAX_SEED:
@@ -314,9 +315,15 @@ class Trainer:
             self.default_prime = saved.get("default_prime", "")
         else:
             self.tokenizer = corpus.tokenizer
-            self.model_config = replace(model_config or ModelConfig(), vocab_size=self.tokenizer.vocab_size)
             self.default_prime = first_prime(corpus)
         self.feed = make_feed(corpus, config, self.device, ranks)
+        self.probe_seconds, self.sizing = 0.0, []  # (the sizing's start-up lines)
+        if resume:
+            self.config = config = replace(config, weight_decay=config.weight_decay if config.weight_decay is not None
+                                           else saved["train"].get("weight_decay", 0.01))
+        else:
+            self.model_config = self._fit_model(model_config)
+            config = self.config
         # Refuse a model the machine cannot hold before building it, with the figures.
         need = memory.estimate(self.model_config, *self.feed.largest_batch())
         ranks.check_on_main(lambda: memory.check_fits(need, self.device, memory.available_bytes(self.device)))
@@ -350,6 +357,50 @@ class Trainer:
         if self.device.type == "cuda":  # TF32 tensor cores for the fp32 matrix products
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         return dtype, note
+
+    def _fit_model(self, asked: ModelConfig | None) -> ModelConfig:
+        """A new run's model: the size asked for or, with --max-time and none asked for, the
+        size chosen for the budget; dropout and weight decay, where not given, as the run's
+        epochs call for (chargen.autosize). Rank 0 decides; every rank builds the same."""
+        config = self.config
+        model = replace(asked or ModelConfig(), vocab_size=self.tokenizer.vocab_size)
+        if asked is not None and model.dropout is not None and config.weight_decay is not None:
+            return model
+        start, epochs = time.perf_counter(), 0.0
+        if self.ranks.main:
+            model, epochs = self._size_for_budget(model, choose=asked is None)
+        layers, hidden, millis = (self.ranks.from_main(v, self.device)
+                                  for v in (model.layers, model.hidden, round(epochs * 1000)))
+        fitting, epochs = regularisation(millis / 1000), millis / 1000
+        dropout = fitting.dropout if model.dropout is None else model.dropout
+        weight_decay = fitting.weight_decay if config.weight_decay is None else config.weight_decay
+        self.config = replace(config, weight_decay=weight_decay)
+        given = [f"--{name}" for name, value in (("dropout", model.dropout), ("weight-decay", config.weight_decay))
+                 if value is not None]
+        self.sizing.append(f"regularisation for {epochs:.3g} epochs: dropout {dropout:g}, weight decay "
+                           f"{weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else ""))
+        self.probe_seconds = time.perf_counter() - start
+        return replace(model, layers=layers, hidden=hidden, dropout=dropout)
+
+    def _size_for_budget(self, model: ModelConfig, choose: bool) -> tuple[ModelConfig, float]:
+        """The size (chosen when ``choose``) and the epochs it will see: those planned, or
+        with --max-time, those the probed speed allows in it (if fewer)."""
+        config, feed = self.config, self.feed
+        steps = requested_steps(config, feed.steps_per_epoch)
+        planned = math.inf if steps >= TIMED_PLAN else steps / feed.steps_per_epoch * feed.epoch_targets
+        if config.max_time is None:
+            return model, planned / feed.epoch_targets
+        seconds, (time_steps, batch) = config.max_time * (1 - VAL_SHARE), feed.typical_batch()
+
+        def probe(candidate: ModelConfig) -> float:
+            return probe_speed(candidate, batch, time_steps, self.device, self.autocast_dtype) * self.ranks.world
+
+        if not choose:
+            return model, min(planned, probe(model) * seconds) / feed.epoch_targets
+        choice = choose_size(probe, seconds, feed.epoch_targets, model, time_steps * batch, planned)
+        self.sizing.append(f"model: {choice.config.layers}x{choice.config.hidden}, chosen for --max-time "
+                           f"{config.max_time:g} (--hidden, --layers or --dropout to choose yourself): {choice.reason}")
+        return choice.config, choice.chars / feed.epoch_targets
 
     def _build(self) -> None:
         """The model (and its DDP wrapper), AdamW, the gradient scaler and the data RNG."""
@@ -409,6 +460,8 @@ class Trainer:
         self.log(f"{'resuming' if resume else 'training'} {self.run_dir}: {feed.describe()}, vocabulary "
                  f"{self.tokenizer.vocab_size}, {self.model.num_parameters():,} parameters, device {self.device} "
                  f"({precision_note})")
+        for line in self.sizing:
+            self.log(line)
         if progress.total_steps >= TIMED_PLAN:
             self.log(f"plan: steps of {feed.batch_description()} for {config.max_time:g} s, from step "
                      f"{progress.step:,} (the number of steps is fitted to the time after the first few)")
@@ -424,7 +477,7 @@ class Trainer:
     # --- the loop ------------------------------------------------------------------------
     def fit(self, stop: threading.Event | None = None) -> TrainResult:
         progress, config, feed = self.state.progress, self.config, self.feed
-        budget = self.budget = TimeBudget(config.max_time, progress)
+        budget = self.budget = TimeBudget(config.max_time, progress, spent=self.probe_seconds)
         self.val_plan = ValidationPlan(config.eval_every)  # refitted to --max-time with the plan
         budget.next_fit = progress.step + min(TimeBudget.FIRST_FIT, config.eval_every)  # (before the first validation)
         self.validated_at = progress.step // config.eval_every * config.eval_every  # (or would have been)
@@ -518,10 +571,10 @@ class Trainer:
     def fit_plan(self, budget: TimeBudget, now: float | None = None, batch: Batch | None = None) -> None:
         """Refit the plan, and the validations within it, to what is left of --max-time.
         Until a validation has been timed, guess one as a forward pass over the validation
-        text: about a third of a training step's time per character."""
+        text: about half a training step's time per character (a third to a half, measured)."""
         progress, config, whole = self.state.progress, self.config, self.feed.val_targets
         step_seconds = budget.step_seconds(progress)
-        cost = budget.cost or ValidationCost(step_seconds / (3 * batch.targets), 0.0)
+        cost = budget.cost or ValidationCost(step_seconds / (2 * batch.targets), 0.0)
         total, plan = progress.total_steps, self.val_plan
         for _ in range(2):  # the validations depend on the steps left, and the steps on them
             plan = plan_validation(budget.validation_allowance(), max(0, total - progress.step), config.eval_every,

@@ -109,3 +109,36 @@ def test_a_timed_run_without_epochs_is_planned_over_the_whole_budget(tmp_path):
     assert result.epoch > DEFAULT_EPOCHS and result.total_steps < TIMED_PLAN
     assert np.isfinite(result.best_val_loss)
 
+
+
+def test_the_plan_keeps_a_margin_and_the_probe_counts_in_the_budget():
+    """Validation is planned within 90% of its 5% (a validation's cost is known only once
+    one has run), and what set-up spent (the speed probe) is already off the clock."""
+    from chargen.budget import PLANNED_SHARE, VAL_SHARE, TimeBudget
+    from chargen.checkpoint import Progress
+
+    budget = TimeBudget(100.0, Progress())
+    assert PLANNED_SHARE < 1 and budget.validation_allowance() == pytest.approx(VAL_SHARE * PLANNED_SHARE * 100.0)
+    assert TimeBudget(100.0, Progress(), spent=7.0).seconds_left() == pytest.approx(93.0, abs=0.5)
+
+
+def test_a_plan_of_no_more_validations_holds_whenever_the_last_one_was(tmp_path, monkeypatch):
+    """Once the plan says "at the end only" (no allowance left), no validation comes before
+    the end, however the plan grows at later refits."""
+    calls, during, real_plan = [], [], plan_validation
+
+    def plan(allowance, steps_left, eval_every, whole, cost, sample=None):
+        calls.append(steps_left)
+        if len(calls) <= 2:
+            return ValidationPlan(4, 3000)
+        return real_plan(0.0, steps_left, eval_every, whole, cost, 3000)  # nothing left to spend
+
+    monkeypatch.setattr(sys.modules["chargen.train"], "plan_validation", plan)
+    text = tmp_path / "train.txt"
+    text.write_text(make_text(600, seed=1))
+    result = train(load_corpus(text), tmp_path / "run", tiny_model(),
+                   tiny_train(steps=None, max_time=3.0, eval_every=4, sample_chars=0),
+                   on_event=lambda e: during.append((len(calls) > 2, e)) if e["event"] == "val" else None)
+    after = [e for switched, e in during if switched]
+    assert len(calls) > 4 and not during[0][0]  # refitted several times; validated before the switch
+    assert [e["step"] for e in after] == [result.step] and after[0]["whole"]

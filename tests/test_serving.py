@@ -1,6 +1,7 @@
 """The serving layer without a server: what the app's handlers do, called as plain methods
 (the live app, driven over HTTP and in a browser, is test_app.py)."""
 
+import json
 import math
 import os
 import threading
@@ -162,6 +163,17 @@ def test_a_training_runs_to_its_end_and_joins_the_shelf(service):
     assert last.curve and all(bpc > 0 for _, bpc in last.curve)
     assert "runs/short" in service.shelf.names()
     assert len(text_of(generate(service, model="runs/short", prime="The ", length=30))) == len("The ") + 30
+
+
+def test_the_auto_size_is_the_default_and_says_what_it_chose(service):
+    from chargen.autosize import LADDER
+    from chargen.serving import AUTO, PRESETS
+
+    assert next(iter(PRESETS)) == AUTO
+    *_, last = service.train("page-a", None, "tiny.txt", AUTO, 2, "auto")
+    saved = json.loads((service.shelf.runs_dir / "auto" / "config.json").read_text())
+    size = (saved["model"]["layers"], saved["model"]["hidden"])
+    assert size in LADDER and f"({size[0]}x{size[1]}, dropout" in last.status, last.status
 
 
 def test_one_training_at_a_time_and_only_its_page_stops_it(service, tmp_path):

@@ -1,0 +1,171 @@
+"""Fitting the model to the machine and the time: which size, and how much regularisation.
+
+With ``--max-time`` and no ``--hidden``, ``--layers`` or ``--dropout``, the run's model is
+chosen here. A short speed probe times a training step of each candidate size on this
+machine, device and precision, from the smallest up; a size's training speed times the
+budget is the characters C it can train on, and the rule takes the largest size that gets
+at least ``CHARS_PER_PARAM`` characters per parameter P, and no more parameters than
+``PARAMS_PER_CHAR`` per character of the text. A bigger model learns more per character
+but sees fewer of them. In the sweep, 1x512 beat 1x256 where it got 3.3 characters per
+parameter (bf16, 137 s), and lost to it by 0.05 nats where it got 1.8 (fp32 under the AVX2
+cap); the line sits between. Each rung of the ladder has about 3.5 times the parameters and
+a third of the speed, so C/P falls about tenfold from one rung to the next. The probe stops
+at the first size below the line, or when the next one would take more than
+``PROBE_SHARE`` of the budget to time; it is counted in the budget.
+
+Dropout and weight decay follow the epochs the run will see (``regularisation``): a run of
+a few epochs never meets a character often enough to memorise it, and dropout only slows
+its learning. In the sweep, dropout 0.1 lost to none at every size and budget measured, up
+to 12 epochs (by 0.01 to 0.04 nats), so none is given below FEW_EPOCHS; above it, the ramp
+follows the char-rnn practice of more dropout for longer runs and is not yet measured.
+Whoever gives ``--dropout`` or ``--weight-decay`` gets that.
+
+The constants come from benchmarks/budget.py's sweep (benchmarks/README.md, "Time
+budgets"): fixed sizes against each other at equal wall time, natively and as an AVX2-only
+CPU sees it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+from .model import CharLSTM, ModelConfig
+
+# (layers, hidden), smallest first; each about three times the parameters of the last.
+LADDER = ((1, 128), (1, 256), (1, 512), (2, 512), (2, 1024), (3, 1024))
+CHARS_PER_PARAM = 2.5  # the least training characters per parameter for a size to be chosen
+PARAMS_PER_CHAR = 4.0  # the most parameters per character of the training text
+PROBE_SHARE = 0.03  # of the budget, at most, for timing the candidates
+PROBE_STEPS = 2  # timed steps per candidate, after one that warms up the kernels
+# Dropout: none below FEW_EPOCHS, then DROPOUT_PER_DOUBLING for every doubling of the
+# epochs, up to MAX_DROPOUT. Weight decay: none below FEW_EPOCHS, then WEIGHT_DECAY.
+FEW_EPOCHS = 16.0
+DROPOUT_PER_DOUBLING = 0.1
+MAX_DROPOUT = 0.3
+WEIGHT_DECAY = 0.01
+
+
+@dataclass(frozen=True)
+class Regularisation:
+    dropout: float
+    weight_decay: float
+
+
+def regularisation(epochs: float) -> Regularisation:
+    """Dropout and weight decay for a run that will see ``epochs`` passes over its text."""
+    if epochs < FEW_EPOCHS:
+        return Regularisation(0.0, 0.0)
+    dropout = min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * (1 + math.log2(epochs / FEW_EPOCHS)))
+    return Regularisation(round(dropout, 2), WEIGHT_DECAY)
+
+
+def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.device,
+                dtype: torch.dtype | None, steps: int = PROBE_STEPS) -> float:
+    """Training characters per second of a model of ``config`` on ``device``: one step to
+    warm up, then ``steps`` timed, each a forward, backward, clip and AdamW update on random
+    ids. The caller's torch RNG is left as it was."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        model = CharLSTM(config).to(device).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        ids = torch.randint(config.vocab_size, (bptt + 1, batch_size), device=device)
+        for step in range(steps + 1):
+            if step == 1:
+                synchronize(device)
+                start = time.perf_counter()
+            with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                logits, _ = model(ids[:-1])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[1:].flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        synchronize(device)
+    return steps * batch_size * bptt / max(1e-9, time.perf_counter() - start)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class Probed:
+    config: ModelConfig
+    chars_per_s: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.config.layers}x{self.config.hidden}"
+
+
+@dataclass(frozen=True)
+class SizeChoice:
+    """The size chosen, what the probe measured, and why."""
+
+    config: ModelConfig  # dropout not yet set: see ``regularisation``
+    probed: tuple[Probed, ...]
+    seconds: float  # the probe's own time
+    chars: float  # training characters the chosen size can see in the budget
+    reason: str
+
+
+def params(config: ModelConfig) -> int:
+    """The parameter count of a model of ``config``, without building it."""
+    total = config.vocab_size * config.embedding + config.hidden * config.vocab_size + config.vocab_size
+    for layer in range(config.layers):
+        inputs = config.embedding if layer == 0 else config.hidden
+        total += 4 * config.hidden * (inputs + config.hidden + 2)
+    return total
+
+
+def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_chars: int, base: ModelConfig,
+                step_chars: int, most_chars: float = math.inf,
+                ladder: tuple[tuple[int, int], ...] = LADDER) -> SizeChoice:
+    """The largest size of ``ladder`` that gets CHARS_PER_PARAM characters per parameter in
+    ``seconds`` of training (at the speed ``probe`` measures) without exceeding
+    PARAMS_PER_CHAR parameters per character of the text; the smallest if none does.
+    ``base`` gives the vocabulary and embedding; a plan of ``most_chars`` caps what any
+    size can see. Sizes are timed from the smallest up, and
+    no longer once one falls below the line or the next would take more than PROBE_SHARE
+    of ``seconds`` to time: its steps (of ``step_chars`` characters) are guessed from the
+    last size's speed, by parameters. (The first timing also pays torch's one-time set-up,
+    about a second on a CPU; the later ones do not.)"""
+    start, probed, allowance = time.perf_counter(), [], PROBE_SHARE * seconds
+    chosen, limit = None, PARAMS_PER_CHAR * train_chars
+    for layers, hidden in ladder:
+        config = replace(base, layers=layers, hidden=hidden)
+        if probed:
+            last = probed[-1]
+            guess = (PROBE_STEPS + 1) * step_chars / last.chars_per_s * params(config) / params(last.config)
+            if params(config) > limit or time.perf_counter() - start + guess > allowance:
+                break
+        probed.append(Probed(config, probe(config)))
+        if chosen is not None and min(most_chars, probed[-1].chars_per_s * seconds) / params(config) < CHARS_PER_PARAM:
+            break
+        chosen = probed[-1]
+    chars = min(most_chars, chosen.chars_per_s * seconds)
+    reason = describe_choice(chosen, probed, seconds, train_chars, most_chars)
+    return SizeChoice(chosen.config, tuple(probed), time.perf_counter() - start, chars, reason)
+
+
+def describe_choice(chosen: Probed, probed: list[Probed], seconds: float, train_chars: int,
+                    most_chars: float = math.inf) -> str:
+    def per_param(p: Probed) -> float:
+        return min(most_chars, p.chars_per_s * seconds) / params(p.config)
+
+    speeds = ", ".join(f"{p.name} {p.chars_per_s:,.0f}" for p in probed)
+    chars = min(most_chars, chosen.chars_per_s * seconds)
+    why = (f"{chosen.name} can train on {chars / 1e6:.3g}M characters, {per_param(chosen):.1f} per parameter "
+           f"({chars / train_chars:.3g} epochs)")
+    if probed[-1] is not chosen:
+        bigger = probed[probed.index(chosen) + 1]
+        why += f"; {bigger.name} on {per_param(bigger):.1f} per parameter, below the line of {CHARS_PER_PARAM:g}"
+    elif len(probed) < len(LADDER):
+        why += "; a bigger size would be too slow to time" if per_param(chosen) >= CHARS_PER_PARAM else ""
+    return f"probe (chars/s) {speeds}; {why}"

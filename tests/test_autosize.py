@@ -1,0 +1,205 @@
+"""Fitting the run to the machine: the size chosen for a --max-time budget from a speed
+probe, and regularisation that follows the epochs a run will see."""
+
+import json
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chargen import ModelConfig, load_corpus, train
+from chargen.autosize import (
+    CHARS_PER_PARAM,
+    FEW_EPOCHS,
+    LADDER,
+    MAX_DROPOUT,
+    PARAMS_PER_CHAR,
+    choose_size,
+    params,
+    probe_speed,
+    regularisation,
+)
+from chargen.cli import main
+from chargen.model import CharLSTM
+from conftest import make_text, tiny_train
+
+BASE = ModelConfig(vocab_size=65)
+
+
+def flops_probe(work_per_second: float, calls: list | None = None):
+    """A machine that trains ``work_per_second`` parameter-characters a second, whatever the size."""
+
+    def probe(config: ModelConfig) -> float:
+        if calls is not None:
+            calls.append((config.layers, config.hidden))
+        return work_per_second / params(config)
+
+    return probe
+
+
+def test_params_counts_what_the_model_holds():
+    for layers, hidden in LADDER:
+        config = replace(BASE, layers=layers, hidden=hidden, embedding=48)
+        assert params(config) == CharLSTM(config).num_parameters()
+
+
+def test_the_largest_size_that_gets_enough_characters_per_parameter():
+    seconds, calls = 100.0, []
+    # 1x512 (1.2M parameters) trains at 2e11 / 1.2e6 chars/s: 100 s give it about 13 per
+    # parameter; 2x512 (3.3M) about 1.8, below the line.
+    choice = choose_size(flops_probe(2e11, calls), seconds, 10**8, BASE, 4096)
+    assert (choice.config.layers, choice.config.hidden) == (1, 512)
+    assert calls == [(1, 128), (1, 256), (1, 512), (2, 512)]  # stops at the first below the line
+    assert choice.chars == pytest.approx(2e11 / params(choice.config) * seconds)
+    assert "1x512 can train on" in choice.reason and "2x512" in choice.reason
+
+
+def test_a_tiny_budget_gets_the_smallest_size_and_a_huge_one_the_largest():
+    assert choose_size(flops_probe(1e3), 10.0, 10**6, BASE, 4096).config.hidden == LADDER[0][1]
+    big = choose_size(flops_probe(1e15), 600.0, 10**9, BASE, 4096)
+    assert (big.config.layers, big.config.hidden) == LADDER[-1]
+
+
+def test_a_small_text_caps_the_parameters():
+    """However fast the machine, a model gets at most PARAMS_PER_CHAR parameters per
+    training character: it would only memorise the text."""
+    chars = 300_000
+    choice = choose_size(flops_probe(1e15), 600.0, chars, BASE, 4096)
+    assert params(choice.config) <= PARAMS_PER_CHAR * chars
+    bigger = [replace(BASE, layers=lay, hidden=h) for lay, h in LADDER if params(replace(BASE, layers=lay, hidden=h))
+              > params(choice.config)]
+    assert params(bigger[0]) > PARAMS_PER_CHAR * chars
+
+
+def test_a_fixed_plan_caps_the_characters():
+    """--max-time with --steps or --epochs: no size sees more than the plan holds."""
+    fast = choose_size(flops_probe(1e12), 100.0, 10**8, BASE, 4096)
+    capped = choose_size(flops_probe(1e12), 100.0, 10**8, BASE, 4096, most_chars=2e6)
+    assert params(capped.config) < params(fast.config) and capped.chars == 2e6
+
+
+def test_the_probe_is_kept_within_its_share_of_the_budget():
+    """A size whose timing (its steps guessed from the last size's speed, by parameters)
+    would overrun the probe's share of the budget is not timed, so not chosen, even where
+    it would have got enough characters."""
+    import time
+
+    def probe(config: ModelConfig) -> float:  # 3 steps of a 1024 x 128 batch at 4e13 / P chars/s, taken
+        speed = 4e13 / params(config)
+        time.sleep(3 * 131072 / speed)  # 1x128: 1 ms, 1x256: 3 ms, 1x512: 12 ms, 2x512: 33 ms, 2x1024: 127 ms
+        return speed
+
+    # 10 s (a share of 300 ms): all timed up to 2x1024, which falls below the line.
+    free = choose_size(probe, 10.0, 10**9, BASE, 131072)
+    assert (free.config.layers, free.config.hidden) == (2, 512) and free.probed[-1].name == "2x1024"
+    # 1 s (30 ms): 2x512 would get 3.6 characters per parameter, but timing it would take 33 ms.
+    tight = choose_size(probe, 1.0, 10**9, BASE, 131072)
+    assert [p.name for p in tight.probed] == ["1x128", "1x256", "1x512"] and tight.config.hidden == 512
+    assert tight.seconds < 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(work=st.floats(1e6, 1e14), seconds=st.floats(5.0, 3600.0), text=st.integers(10_000, 10**9))
+def test_the_choice_follows_the_rule(work, seconds, text):
+    calls = []
+    choice = choose_size(flops_probe(work, calls), seconds, text, BASE, 4096)
+    per_param = work / params(choice.config) * seconds / params(choice.config)
+    smallest = (choice.config.layers, choice.config.hidden) == LADDER[0]
+    assert smallest or (per_param >= CHARS_PER_PARAM and params(choice.config) <= PARAMS_PER_CHAR * text)
+    index = LADDER.index((choice.config.layers, choice.config.hidden))
+    if index + 1 < len(LADDER) and len(calls) > index + 1:  # the next size was timed: it fell below the line
+        bigger = replace(BASE, layers=LADDER[index + 1][0], hidden=LADDER[index + 1][1])
+        assert work / params(bigger) * seconds / params(bigger) < CHARS_PER_PARAM
+
+
+def test_regularisation_grows_with_the_epochs():
+    assert regularisation(0.5) == regularisation(FEW_EPOCHS * 0.99) == regularisation(0.0)
+    assert regularisation(1.0).dropout == 0 and regularisation(1.0).weight_decay == 0
+    dropouts = [regularisation(FEW_EPOCHS * k).dropout for k in (1, 1.5, 2, 4, 8, 1e6)]
+    assert dropouts == sorted(dropouts) and dropouts[0] > 0 and dropouts[-1] == MAX_DROPOUT
+    assert regularisation(FEW_EPOCHS).weight_decay > 0
+
+
+def test_the_probe_measures_and_leaves_the_rng_alone():
+    torch.manual_seed(3)
+    before = torch.rand(1)
+    torch.manual_seed(3)
+    speed = probe_speed(ModelConfig(vocab_size=20, embedding=8, hidden=16), 4, 8, torch.device("cpu"), None, steps=1)
+    assert speed > 0 and torch.equal(torch.rand(1), before)
+
+
+@pytest.fixture
+def texts(tmp_path):
+    train_file, val_file = tmp_path / "train.txt", tmp_path / "val.txt"
+    train_file.write_text(make_text(3000, seed=1))  # about 100,000 characters: room for 1x256
+    val_file.write_text(make_text(100, seed=2))
+    return train_file, val_file
+
+
+def fake_probe(monkeypatch, work: float) -> list:
+    calls = []
+    monkeypatch.setattr(sys.modules["chargen.train"], "probe_speed",
+                        lambda config, *args, **kwargs: calls.append(config) or work / params(config))
+    return calls
+
+
+def test_a_timed_run_without_a_model_gets_the_chosen_size(texts, tmp_path, monkeypatch):
+    calls, lines = fake_probe(monkeypatch, 1.2e12), []  # in 1.9 s, 1x256 gets about 20 per parameter, 1x512 2
+    corpus = load_corpus(texts[0], val_path=texts[1])
+    result = train(corpus, tmp_path / "run", None, tiny_train(steps=None, max_time=2.0, sample_chars=0),
+                   log=lines.append)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (saved["model"]["layers"], saved["model"]["hidden"]) == (1, 256) and calls
+    chars = 1.2e12 / params(replace(BASE, hidden=256, vocab_size=corpus.tokenizer.vocab_size)) * 1.9
+    expected = regularisation(chars / len(corpus.train_ids))
+    assert saved["model"]["dropout"] == expected.dropout and saved["train"]["weight_decay"] == expected.weight_decay
+    assert any(line.startswith("model: 1x256, chosen for --max-time 2") for line in lines)
+    assert any(line.startswith("regularisation for") for line in lines)
+    assert result.model.config.hidden == 256
+
+
+def test_explicit_settings_always_win(texts, tmp_path, monkeypatch):
+    calls = fake_probe(monkeypatch, 1.2e12)
+    corpus = load_corpus(texts[0], val_path=texts[1])
+    fixed = ModelConfig(hidden=24, layers=1, embedding=8, dropout=0.3)
+    train(corpus, tmp_path / "run", fixed, tiny_train(steps=None, max_time=1.0, weight_decay=0.05, sample_chars=0))
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["model"]["hidden"] == 24 and saved["model"]["dropout"] == 0.3
+    assert saved["train"]["weight_decay"] == 0.05 and not calls  # nothing to probe for
+
+
+def set_up(corpus, run_dir, model, config):
+    """A trainer as it stands before its first step (its config.json written)."""
+    from chargen.distributed import SINGLE
+    from chargen.train import Trainer
+
+    return Trainer(corpus, run_dir, model, config, resume=False, force=False, log=None, progress_bar=False,
+                   on_event=None, ranks=SINGLE)
+
+
+def test_a_run_of_few_epochs_gets_no_regularisation_and_a_long_one_some(texts, tmp_path):
+    corpus = load_corpus(texts[0], val_path=texts[1])
+    model = ModelConfig(hidden=24, layers=1, embedding=8)  # dropout not given
+    short = set_up(corpus, tmp_path / "short", model, tiny_train(steps=None, epochs=1.0))
+    long = set_up(corpus, tmp_path / "long", model, tiny_train(steps=None, epochs=40.0))
+    assert short.model_config.dropout == 0 and short.config.weight_decay == 0
+    assert FEW_EPOCHS < 40.0
+    assert long.model_config.dropout == regularisation(40.0).dropout > 0 and long.config.weight_decay > 0
+    saved = json.loads((tmp_path / "long" / "config.json").read_text())
+    assert saved["model"]["dropout"] == long.model_config.dropout
+    assert saved["train"]["weight_decay"] == long.config.weight_decay
+
+
+def test_the_cli_chooses_only_without_model_flags(texts, tmp_path, monkeypatch, capsys):
+    fake_probe(monkeypatch, 1e9)  # a slow machine: the smallest size
+    common = [str(texts[0]), "--val-file", str(texts[1]), "--max-time", "1", "--batch-size", "4", "--bptt", "16",
+              "--device", "cpu", "--quiet", "--sample-chars", "0"]
+    assert main(["train", *common, "--out", str(tmp_path / "auto")]) == 0
+    assert "chosen for --max-time 1" in capsys.readouterr().err
+    assert json.loads((tmp_path / "auto" / "config.json").read_text())["model"]["hidden"] == LADDER[0][1]
+    assert main(["train", *common, "--out", str(tmp_path / "fixed"), "--hidden", "24"]) == 0
+    assert "chosen for" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "fixed" / "config.json").read_text())["model"]["hidden"] == 24
