@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from .memory import parameter_count
 from .model import CharLSTM, ModelConfig
 
 # (layers, hidden), smallest first; each about three times the parameters of the last.
@@ -115,13 +116,7 @@ class SizeChoice:
     reason: str
 
 
-def params(config: ModelConfig) -> int:
-    """The parameter count of a model of ``config``, without building it."""
-    total = config.vocab_size * config.embedding + config.hidden * config.vocab_size + config.vocab_size
-    for layer in range(config.layers):
-        inputs = config.embedding if layer == 0 else config.hidden
-        total += 4 * config.hidden * (inputs + config.hidden + 2)
-    return total
+params = parameter_count  # (the model's parameters, counted without building it)
 
 
 def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_chars: int, base: ModelConfig,
@@ -134,28 +129,30 @@ def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_cha
     size can see. Sizes are timed from the smallest up, and
     no longer once one falls below the line or the next would take more than PROBE_SHARE
     of ``seconds`` to time: its steps (of ``step_chars`` characters) are guessed from the
-    last size's speed, by parameters. (The first timing also pays torch's one-time set-up,
-    about a second on a CPU; the later ones do not.)"""
+    last size's speed, by parameters. The share counts from the end of the first timing,
+    which also pays torch's one-time set-up (about a second on a CPU)."""
     start, probed, allowance = time.perf_counter(), [], PROBE_SHARE * seconds
-    chosen, limit = None, PARAMS_PER_CHAR * train_chars
+    chosen, limit, stopped, after_first = None, PARAMS_PER_CHAR * train_chars, "", 0.0
     for layers, hidden in ladder:
         config = replace(base, layers=layers, hidden=hidden)
         if probed:
             last = probed[-1]
             guess = (PROBE_STEPS + 1) * step_chars / last.chars_per_s * params(config) / params(last.config)
-            if params(config) > limit or time.perf_counter() - start + guess > allowance:
+            if params(config) > limit or time.perf_counter() - after_first + guess > allowance:
+                stopped = "too big for the text" if params(config) > limit else "too slow to time in the budget"
                 break
         probed.append(Probed(config, probe(config)))
+        after_first = after_first or time.perf_counter()  # (the first also pays torch's one-time set-up)
         if chosen is not None and min(most_chars, probed[-1].chars_per_s * seconds) / params(config) < CHARS_PER_PARAM:
             break
         chosen = probed[-1]
     chars = min(most_chars, chosen.chars_per_s * seconds)
-    reason = describe_choice(chosen, probed, seconds, train_chars, most_chars)
+    reason = describe_choice(chosen, probed, seconds, train_chars, most_chars, stopped)
     return SizeChoice(chosen.config, tuple(probed), time.perf_counter() - start, chars, reason)
 
 
 def describe_choice(chosen: Probed, probed: list[Probed], seconds: float, train_chars: int,
-                    most_chars: float = math.inf) -> str:
+                    most_chars: float = math.inf, stopped: str = "") -> str:
     def per_param(p: Probed) -> float:
         return min(most_chars, p.chars_per_s * seconds) / params(p.config)
 
@@ -166,6 +163,6 @@ def describe_choice(chosen: Probed, probed: list[Probed], seconds: float, train_
     if probed[-1] is not chosen:
         bigger = probed[probed.index(chosen) + 1]
         why += f"; {bigger.name} on {per_param(bigger):.1f} per parameter, below the line of {CHARS_PER_PARAM:g}"
-    elif len(probed) < len(LADDER):
-        why += "; a bigger size would be too slow to time" if per_param(chosen) >= CHARS_PER_PARAM else ""
+    elif stopped:
+        why += f"; the next size is {stopped}"
     return f"probe (chars/s) {speeds}; {why}"

@@ -55,10 +55,16 @@ class TrainingMemory:
         return self.state + self.activations
 
 
+def parameter_count(config: ModelConfig) -> int:
+    """The parameters of a model of ``config``, without building it."""
+    h, e, v, layers = config.hidden, config.embedding, config.vocab_size, config.layers
+    return v * e + 4 * h * (e + h + 2) + (layers - 1) * 4 * h * (2 * h + 2) + v * (h + 1)
+
+
 def estimate(config: ModelConfig, time_steps: int, batch: int) -> TrainingMemory:
     """The memory a training step of ``config`` takes on batches of ``time_steps x batch``."""
     h, e, v, layers = config.hidden, config.embedding, config.vocab_size, config.layers
-    params = v * e + 4 * h * (e + h + 2) + (layers - 1) * 4 * h * (2 * h + 2) + v * (h + 1)
+    params = parameter_count(config)
     per_position = PER_EMBEDDING * e + PER_HIDDEN_FIRST * h + PER_HIDDEN_MORE * h * (layers - 1) + PER_VOCAB * v
     return TrainingMemory(
         parameters=params,
