@@ -30,6 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from worktree import checkout  # noqa: E402
+
 SLICE = 1_000_000
 SWEEP = [f"{size}:{dropout}" for size in ("1x256", "1x512", "2x256", "2x512") for dropout in ("0", "0.1")]
 # "before": chargen as issue 16 found it (its defaults: 1x512, dropout 0.1, weight decay 0.01,
@@ -52,11 +56,7 @@ def prepare(out: Path) -> tuple[Path, Path]:
 
 def before_tree(out: Path) -> Path:
     """A checkout of BEFORE_REV, made once."""
-    tree = out / f"before-{BEFORE_REV}"
-    if not (tree / "chargen").is_dir():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(tree), BEFORE_REV],
-                       check=True, capture_output=True)
-    return tree
+    return checkout(BEFORE_REV, out / f"before-{BEFORE_REV}")
 
 
 def command(config: str, train: Path, val: Path, budget: float, run: Path) -> list[str]:
@@ -136,6 +136,12 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# How each line is drawn: chargen's choice bold, the baselines dashed, the fixed sizes thin.
+THIN = {"linewidth": 0.8, "alpha": 0.6}
+LOOK = {"auto": {"color": "black", "linewidth": 2.5}, "before": {"color": "tab:red", "linestyle": "--"},
+        "plain": {"linestyle": ":"}}
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -147,12 +153,14 @@ def plot(rows: list[dict], path: Path) -> None:
     for ax, isa in zip(axes[0], isas, strict=True):
         for config in sorted({r["config"] for r in rows if machine(r) == isa}):
             points = sorted((r["budget"], r["val_loss"]) for r in rows if machine(r) == isa and r["config"] == config)
-            ax.plot(*zip(*points, strict=True), marker="o", label=config,
-                    linestyle="--" if config.startswith("plain") else "-")
-        ax.set(title=f"{isa}", xlabel="budget (s)", ylabel="validation loss (nats/char)", xscale="log")
-        ax.legend(fontsize=7)
+            ax.plot(*zip(*points, strict=True), marker="o", label=config, **LOOK.get(config.split(":")[0], THIN))
+        budgets = sorted({r["budget"] for r in rows if machine(r) == isa})
+        ax.set(title=f"{isa}", xlabel="budget (s)", ylabel="validation loss (nats/char)", xscale="log",
+               xticks=budgets, xticklabels=[f"{b:g}" for b in budgets])
+        ax.minorticks_off()
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
 
 
 def main() -> None:

@@ -13,12 +13,11 @@ a third of the speed, so C/P falls about tenfold from one rung to the next. The 
 at the first size below the line, or when the next one would take more than
 ``PROBE_SHARE`` of the budget to time; it is counted in the budget.
 
-Dropout and weight decay follow the epochs the run will see (``regularisation``): a run of
-a few epochs never meets a character often enough to memorise it, and dropout only slows
-its learning. In the sweep, dropout 0.1 lost to none at every size and budget measured, up
-to 12 epochs (by 0.01 to 0.04 nats), so none is given below FEW_EPOCHS; above it, the ramp
-follows the char-rnn practice of more dropout for longer runs and is not yet measured.
-Whoever gives ``--dropout`` or ``--weight-decay`` gets that.
+Dropout and weight decay follow the run's exposure (``regularisation``): its epochs times
+the model's parameters per character of the text. A run of little exposure never meets a
+character often enough to memorise it, and dropout only slows its learning; a big model on
+a small text for many epochs memorises, and dropout is what keeps its validation loss
+falling. Whoever gives ``--dropout`` or ``--weight-decay`` gets that.
 
 The constants come from benchmarks/budget.py's sweep (benchmarks/README.md, "Time
 budgets"): fixed sizes against each other at equal wall time, natively and as an AVX2-only
@@ -43,10 +42,14 @@ LADDER = ((1, 128), (1, 256), (1, 512), (2, 512), (2, 1024), (3, 1024))
 CHARS_PER_PARAM = 2.5  # the least training characters per parameter for a size to be chosen
 PARAMS_PER_CHAR = 4.0  # the most parameters per character of the training text
 PROBE_SHARE = 0.03  # of the budget, at most, for timing the candidates
-PROBE_STEPS = 2  # timed steps per candidate, after one that warms up the kernels
-# Dropout: none below FEW_EPOCHS, then DROPOUT_PER_DOUBLING for every doubling of the
-# epochs, up to MAX_DROPOUT. Weight decay: none below FEW_EPOCHS, then WEIGHT_DECAY.
-FEW_EPOCHS = 16.0
+PROBE_STEPS = 2  # timed steps per candidate (the fastest counts), after one that warms up the kernels
+# Dropout and weight decay by the run's exposure: its epochs times the model's parameters
+# per character of the text (see ``regularisation``). None below LITTLE_EXPOSURE; from
+# there DROPOUT and weight decay WEIGHT_DECAY; from MEASURED_EXPOSURE (where the sweep
+# stops) DROPOUT_PER_DOUBLING more for every doubling of the exposure, up to MAX_DROPOUT.
+LITTLE_EXPOSURE = 8.0
+MEASURED_EXPOSURE = 32.0
+DROPOUT = 0.1
 DROPOUT_PER_DOUBLING = 0.1
 MAX_DROPOUT = 0.3
 WEIGHT_DECAY = 0.01
@@ -58,27 +61,39 @@ class Regularisation:
     weight_decay: float
 
 
-def regularisation(epochs: float) -> Regularisation:
-    """Dropout and weight decay for a run that will see ``epochs`` passes over its text."""
-    if epochs < FEW_EPOCHS:
+def regularisation(epochs: float, params: int, text_chars: int) -> Regularisation:
+    """Dropout and weight decay for a run that will see ``epochs`` passes over a text of
+    ``text_chars`` characters, with a model of ``params`` parameters.
+
+    What decides is the exposure, epochs x params / text characters: a model starts to
+    memorise its text after a number of epochs that grows with the text it has per
+    parameter. In the sweep (benchmarks/README.md, "Time budgets"), without dropout,
+    validation loss turned up after about 7 epochs for 1x512 (1.36 parameters per character
+    of the text) and after about 18 for 1x256 (0.39): at an exposure of 7-10 both times.
+    Dropout 0.1 lost to none where the planned exposure was 5 or less (by 0.01-0.04 nats) and
+    won at 8.7 and at 14-18 (by 0.01 and 0.07); more than 0.1 is char-rnn practice for longer
+    runs, beyond what was measured."""
+    exposure = epochs * params / max(1, text_chars)
+    if exposure < LITTLE_EXPOSURE:
         return Regularisation(0.0, 0.0)
-    dropout = min(MAX_DROPOUT, DROPOUT_PER_DOUBLING * (1 + math.log2(epochs / FEW_EPOCHS)))
-    return Regularisation(round(dropout, 2), WEIGHT_DECAY)
+    more = DROPOUT_PER_DOUBLING * max(0.0, math.log2(exposure / MEASURED_EXPOSURE))
+    return Regularisation(round(min(MAX_DROPOUT, DROPOUT + more), 2), WEIGHT_DECAY)
 
 
 def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.device,
                 dtype: torch.dtype | None, steps: int = PROBE_STEPS) -> float:
     """Training characters per second of a model of ``config`` on ``device``: one step to
-    warm up, then ``steps`` timed, each a forward, backward, clip and AdamW update on random
-    ids. The caller's torch RNG is left as it was."""
+    warm up, then ``steps`` timed one by one, each a forward, backward, clip and AdamW
+    update on random ids. The fastest step counts: other work on the machine only ever
+    slows a step down, and one disturbed step would otherwise halve the speed of a size
+    and choose a smaller model for the whole run. The caller's torch RNG is left as it was."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         model = CharLSTM(config).to(device).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         ids = torch.randint(config.vocab_size, (bptt + 1, batch_size), device=device)
+        fastest = math.inf
         for step in range(steps + 1):
-            if step == 1:
-                synchronize(device)
-                start = time.perf_counter()
+            start = time.perf_counter()
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 logits, _ = model(ids[:-1])
             loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[1:].flatten())
@@ -86,8 +101,10 @@ def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.d
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-        synchronize(device)
-    return steps * batch_size * bptt / max(1e-9, time.perf_counter() - start)
+            synchronize(device)
+            if step > 0:  # (the first warms up the kernels)
+                fastest = min(fastest, time.perf_counter() - start)
+    return batch_size * bptt / max(1e-9, fastest)
 
 
 def synchronize(device: torch.device) -> None:

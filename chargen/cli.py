@@ -119,8 +119,8 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     model = t.add_argument_group(
         "model (fixed once a run starts)",
         "With --max-time and none of these, a short speed probe picks the size that should do best in the "
-        "time on this machine. Dropout and weight decay not given follow the epochs the run will see: none "
-        "for a run of a few epochs.")
+        "time on this machine. Dropout and weight decay not given follow the run's exposure (its epochs "
+        "times the model's parameters per character of the text): none for a short run or a big text.")
     model.add_argument("--hidden", type=positive_int, help=f"LSTM units per layer (default {MODEL_DEFAULTS['hidden']}, "
                        "or chosen for --max-time)")
     model.add_argument("--layers", type=positive_int,

@@ -371,16 +371,20 @@ class Trainer:
             model, epochs = self._size_for_budget(model, choose=asked is None)
         layers, hidden, millis = (self.ranks.from_main(v, self.device)
                                   for v in (model.layers, model.hidden, round(epochs * 1000)))
-        fitting, epochs = regularisation(millis / 1000), millis / 1000
+        epochs, model = millis / 1000, replace(model, layers=layers, hidden=hidden)
+        params = memory.parameter_count(model)
+        per_char = params / self.feed.epoch_targets
+        fitting = regularisation(epochs, params, self.feed.epoch_targets)
         dropout = fitting.dropout if model.dropout is None else model.dropout
         weight_decay = fitting.weight_decay if config.weight_decay is None else config.weight_decay
         self.config = replace(config, weight_decay=weight_decay)
         given = [f"--{name}" for name, value in (("dropout", model.dropout), ("weight-decay", config.weight_decay))
                  if value is not None]
-        self.sizing.append(f"regularisation for {epochs:.3g} epochs: dropout {dropout:g}, weight decay "
+        self.sizing.append(f"regularisation for {epochs:.3g} epochs at {per_char:.2g} parameters per character of "
+                           f"the text (exposure {epochs * per_char:.3g}): dropout {dropout:g}, weight decay "
                            f"{weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else ""))
         self.probe_seconds = time.perf_counter() - start
-        return replace(model, layers=layers, hidden=hidden, dropout=dropout)
+        return replace(model, dropout=dropout)
 
     def _size_for_budget(self, model: ModelConfig, choose: bool) -> tuple[ModelConfig, float]:
         """The size (chosen when ``choose``) and the epochs it will see: those planned, or
