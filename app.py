@@ -18,14 +18,15 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse
+import asyncio
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import gradio as gr
 
 from chargen import ChargenError
-from chargen.serving import AUTO, DEFAULTS, PRESETS, Limits, Service, TrainingView
+from chargen.serving import AUTO, DEFAULTS, PRESETS, Limits, Service, TextStream, TrainingView
 
 ROOT = Path(__file__).resolve().parent
 
@@ -33,12 +34,26 @@ ROOT = Path(__file__).resolve().parent
 # --- the handlers: the service's methods, its errors shown in the page's error box ---------
 def streamed(call: Callable[..., Iterator]) -> Callable[..., Iterator]:
     """A service call that checks a request and returns a stream, as a handler: the updates
-    as they come, a ChargenError (at once or midway) as the page's error box. A cancel
-    closes the stream, which lets go of the text's sampler."""
+    as they come, a ChargenError (at once or midway) as the page's error box."""
     @functools.wraps(call)  # (Gradio reads the call's parameters from its signature)
     def handler(*args):
         try:
             yield from call(*args)
+        except ChargenError as e:
+            raise gr.Error(str(e)) from None
+    return handler
+
+
+def streamed_text(call: Callable[..., TextStream]) -> Callable[..., AsyncIterator]:
+    """``streamed`` for a generation, as an async handler: it waits on the model's shared
+    sampling loop without holding a thread. A cancel (Stop, or the page closed) closes the
+    stream, which takes the text out of the loop; its sampler keeps the state for Continue."""
+    @functools.wraps(call)
+    async def handler(*args):
+        try:
+            stream = await asyncio.to_thread(call, *args)  # (a model's first load takes a while)
+            async for update in stream:
+                yield update
         except ChargenError as e:
             raise gr.Error(str(e)) from None
     return handler
@@ -60,7 +75,7 @@ def make_handlers(service: Service):
     def stop_training(request: gr.Request):
         return service.stop_training(session(request))
 
-    return streamed(service.generate), streamed(service.continue_), describe, train, stop_training
+    return streamed_text(service.generate), streamed_text(service.continue_), describe, train, stop_training
 
 
 def session(request: gr.Request | None) -> str:
@@ -112,10 +127,10 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, de
 
             generating = generate_button.click(
                 generate, [model, prime, length, temperature, top_k, top_p, seed, num_samples], [output, writing],
-                api_name="generate")
+                api_name="generate", concurrency_limit=None)  # (bounded by the sampling loop)
             continuing = continue_button.click(
                 continue_, [writing, model, length, temperature, top_k, top_p], [output, writing],
-                api_name="continue")
+                api_name="continue", concurrency_limit=None)
             stop_button.click(None, cancels=[generating, continuing])
             model.change(describe, model, [card, prime], api_name="describe")
 

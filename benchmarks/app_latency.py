@@ -49,10 +49,11 @@ def serving(port: int) -> bool:
         connection.close()
 
 
-def start_app(port: int, models: Path) -> tuple[subprocess.Popen, float]:
+def start_app(port: int, models: Path, root: Path = ROOT) -> tuple[subprocess.Popen, float]:
+    """``root``'s app.py (and its chargen: the process starts there) on loopback ``port``."""
     started = time.perf_counter()
-    server = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--models", str(models)],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = subprocess.Popen([sys.executable, str(root / "app.py"), "--port", str(port), "--models", str(models)],
+                              cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     while True:
         if serving(port):
             return server, time.perf_counter() - started

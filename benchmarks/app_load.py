@@ -1,20 +1,28 @@
 """The web app under load: many gradio_client streams at once against ``python app.py``.
 
-Starts the app on loopback (the shipped models), then opens ``--users`` clients at once,
-each asking for one generation of ``--length`` characters, with a per-request timeout. The
-run is bounded in count and time and stops by itself. Every request must complete or be
-turned away with the queue-full message; none may hang past its timeout. It prints the
-outcomes, time to first text (p50/p95), chars/s per completed stream, the server's resident
-memory before and after, and checks that the server still serves (a normal request, and a
-malformed one that must get a clear error).
+Starts the app on loopback (the shipped models), then for each count of ``--users`` opens
+that many clients at once, each asking for one generation of ``--length`` characters, with
+a per-request timeout. The run is bounded in count and time and stops by itself. Every
+request must complete or be turned away with a message; none may hang past its timeout.
+For each count it records the outcomes, time to first text (p50/p95), chars/s per user and
+in all, and the server's resident memory before and after; then it checks that the server
+still serves (a normal request, and one naming an unknown model, which must get a clear
+error).
 
-    python benchmarks/app_load.py                   # 32 users, ~1 min on 2 cores
-    python benchmarks/app_load.py --users 48        # more than the queue holds
+``--code REV`` runs the app of an earlier commit instead (from a git worktree under
+benchmarks/out/app_load), so that before and after are measured on the same machine in one
+sitting; results are appended to benchmarks/out/app_load/results.jsonl and ``--report``
+prints them side by side.
+
+    python benchmarks/app_load.py                          # 1, 8, 32 and 128 users (~3 min on 2 cores)
+    python benchmarks/app_load.py --code 5920378           # the same against the app at that commit
+    python benchmarks/app_load.py --report                 # the table of both
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import threading
@@ -25,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from app_latency import client_for, free_port, start_app  # noqa: E402
+from worktree import checkout  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "out" / "app_load"
+POLL = 0.02  # seconds between a client's looks at its job (the clients share the server's CPU)
 
 
 def resident_mb(pid: int) -> float:
@@ -39,6 +51,7 @@ def one_user(url: str, model: str, length: int, seed: int, timeout: float, resul
     first = None
     try:
         job = client_for(url).submit(model, "", length, 0.8, 0, 1.0, seed, 1, api_name="/generate")
+        start = time.perf_counter()  # (from the request, not from the client's set-up)
         # Polled rather than iterated: gradio_client's iterator waits forever on a job the
         # server turned away.
         while not job.done():
@@ -48,7 +61,7 @@ def one_user(url: str, model: str, length: int, seed: int, timeout: float, resul
                 job.cancel()
                 results.append({"outcome": "timed out"})
                 return
-            time.sleep(0.005)
+            time.sleep(POLL)
         text = job.result()
         total = time.perf_counter() - start
         first = first or total
@@ -56,7 +69,8 @@ def one_user(url: str, model: str, length: int, seed: int, timeout: float, resul
                         "chars_per_s": len(text) / max(1e-9, total - first), "chars": len(text)})
     except Exception as e:  # the client's way of reporting a refusal
         message = str(e)
-        results.append({"outcome": "queue full" if "full" in message.lower() else f"error: {message[:80]}"})
+        results.append({"outcome": "refused" if "busy" in message.lower() or "full" in message.lower()
+                        else f"error: {message[:80]}"})
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -64,64 +78,96 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--users", type=int, default=32)
-    parser.add_argument("--length", type=int, default=1000, help="characters per generation (default 1000)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a request may take (default 120)")
-    parser.add_argument("--model", default="shakespeare")
-    args = parser.parse_args()
-
-    port = free_port()
-    server, _ = start_app(port, ROOT / "models")
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        client_for(url).predict(args.model, "", 20, 0.8, 0, 1.0, 0, 1, api_name="/generate")  # load the model
-        before = resident_mb(server.pid)
-        results: list[dict] = []
-        threads = [threading.Thread(target=one_user, args=(url, args.model, args.length, i, args.timeout, results),
-                                    daemon=True) for i in range(args.users)]
-        wall = time.perf_counter()
-        for t in threads:
-            t.start()
-        deadline = time.perf_counter() + args.timeout + 30
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.perf_counter()))
-        wall = time.perf_counter() - wall
-        hung = sum(t.is_alive() for t in threads)
-        after = resident_mb(server.pid)
-        # Still serving: a normal request, and a malformed one that gets a clear error.
-        still = len(client_for(url).predict(args.model, "", 50, 0.8, 0, 1.0, 1, 1, api_name="/generate")) == 50
-        try:
-            client_for(url).predict("no such model", "", 50, 0.8, 0, 1.0, 1, 1, api_name="/generate")
-            malformed = "accepted (wrong)"
-        except Exception as e:
-            malformed = f"refused: {str(e)[:60]}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
+def load_round(url: str, server_pid: int, users: int, length: int, timeout: float, model: str) -> dict:
+    """``users`` clients at once, each one generation; the measures of the round."""
+    before = resident_mb(server_pid)
+    results: list[dict] = []
+    threads = [threading.Thread(target=one_user, args=(url, model, length, i, timeout, results), daemon=True)
+               for i in range(users)]
+    wall = time.perf_counter()
+    for t in threads:
+        t.start()
+    deadline = time.perf_counter() + timeout + 30
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.perf_counter()))
+    wall = time.perf_counter() - wall
+    done = [r for r in results if r["outcome"] == "completed"]
     outcomes: dict[str, int] = {}
     for r in results:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
-    done = [r for r in results if r["outcome"] == "completed"]
-    print(f"\n{args.users} users at once, {args.length} characters each, model {args.model}; "
-          f"{wall:.0f} s in all; queue: 4 at a time, at most 32 waiting\n")
-    print("| measure | value |")
-    print("| --- | ---: |")
-    for outcome, count in sorted(outcomes.items()):
-        print(f"| {outcome} | {count} |")
-    print(f"| hung past the timeout | {hung} |")
+    row = {"users": users, "length": length, "wall": wall, "outcomes": outcomes,
+           "hung": sum(t.is_alive() for t in threads), "memory_before": before, "memory_after": resident_mb(server_pid)}
     if done:
-        firsts = [r["first"] for r in done]
-        speeds = [r["chars_per_s"] for r in done]
-        print(f"| time to first text, p50 / p95 | {percentile(firsts, 50):.2f} s / {percentile(firsts, 95):.2f} s |")
-        print(f"| chars/s per stream once started, p50 / p5 | {statistics.median(speeds):,.0f} / "
-              f"{percentile(speeds, 5):,.0f} |")
-        print(f"| all completed streams together | {sum(r['chars'] for r in done) / wall:,.0f} chars/s |")
-    print(f"| server memory before / after | {before:,.0f} MB / {after:,.0f} MB |")
-    print(f"| afterwards: a normal request | {'served' if still else 'FAILED'} |")
-    print(f"| afterwards: an unknown model name | {malformed} |")
+        firsts, speeds = [r["first"] for r in done], [r["chars_per_s"] for r in done]
+        row.update(first_p50=percentile(firsts, 50), first_p95=percentile(firsts, 95),
+                   per_user=statistics.median(speeds), all_chars_per_s=sum(r["chars"] for r in done) / wall)
+    return row
+
+
+def still_serves(url: str, model: str) -> dict:
+    normal = len(client_for(url).predict(model, "", 50, 0.8, 0, 1.0, 1, 1, api_name="/generate")) == 50
+    try:
+        client_for(url).predict("no such model", "", 50, 0.8, 0, 1.0, 1, 1, api_name="/generate")
+        unknown = "accepted (wrong)"
+    except Exception as e:
+        unknown = f"refused: {str(e)[:60]}"
+    return {"normal": "served" if normal else "FAILED", "unknown": unknown}
+
+
+MEASURES = [  # (row of the table, how a round shows it)
+    ("completed", lambda r: str(r["outcomes"].get("completed", 0))),
+    ("refused with a message", lambda r: str(r["outcomes"].get("refused", 0))),
+    ("other errors", lambda r: str(sum(v for k, v in r["outcomes"].items() if k.startswith("error")))),
+    ("hung past the timeout", lambda r: str(r["hung"] + r["outcomes"].get("timed out", 0))),
+    ("first text, p50 / p95", lambda r: f"{r['first_p50']:.2f} / {r['first_p95']:.2f} s" if "first_p50" in r
+     else "–"),
+    ("chars/s per user (p50)", lambda r: f"{r['per_user']:,.0f}" if "per_user" in r else "–"),
+    ("chars/s in all", lambda r: f"{r['all_chars_per_s']:,.0f}" if "all_chars_per_s" in r else "–"),
+    ("server memory before / after", lambda r: f"{r['memory_before']:,.0f} / {r['memory_after']:,.0f} MB"),
+    ("afterwards: a normal request / an unknown model",
+     lambda r: f"{r['after']['normal']} / {r['after']['unknown'][:40]}"),
+]
+
+
+def report(rows: list[dict]) -> str:
+    lines = []
+    for code in dict.fromkeys(r["code"] for r in rows):
+        mine = sorted((r for r in rows if r["code"] == code), key=lambda r: r["users"])
+        lines += [f"\n### app at {code}\n", "| measure | " + " | ".join(f"{r['users']} users" for r in mine) + " |",
+                  "| --- |" + " ---: |" * len(mine)]
+        lines += [f"| {name} | " + " | ".join(show(r) for r in mine) + " |" for name, show in MEASURES]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--length", type=int, default=1000, help="characters per generation (default 1000)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a request may take (default 120)")
+    parser.add_argument("--model", default="shakespeare")
+    parser.add_argument("--code", default="now", help="a git revision whose app to run (default: this tree's)")
+    parser.add_argument("--report", action="store_true", help="only print the results so far")
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    results = OUT / "results.jsonl"
+    if not args.report:
+        root = ROOT if args.code == "now" else checkout(args.code, OUT / f"code-{args.code}")
+        port = free_port()
+        server, _ = start_app(port, ROOT / "models", root)
+        url = f"http://127.0.0.1:{port}/"
+        try:
+            client_for(url).predict(args.model, "", 20, 0.8, 0, 1.0, 0, 1, api_name="/generate")  # load the model
+            for users in args.users:
+                row = load_round(url, server.pid, users, args.length, args.timeout, args.model)
+                row.update(code=args.code, after=still_serves(url, args.model))
+                print(json.dumps(row), flush=True)
+                with open(results, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    print(report(rows))
 
 
 if __name__ == "__main__":

@@ -62,10 +62,15 @@ class TrainedModel:
         to continue from where it stopped."""
         # An empty prime feeds the run's default (a newline for most texts; in lines mode
         # nothing: items start from <bos>), not shown.
-        if self._step is None and num_samples <= LEAN_MAX_SAMPLES:
-            self._step = self.model.stepper()
+        step = self.stepper() if num_samples <= LEAN_MAX_SAMPLES else None
         return Sampler(self.model, self.tokenizer, prime or self.default_prime, num_samples=num_samples, seed=seed,
-                       items=self.kind.items, step=self._step)
+                       items=self.kind.items, step=step)
+
+    def stepper(self) -> LeanStep:
+        """The model's one-step forward for sampling, built once and shared."""
+        if self._step is None:
+            self._step = self.model.stepper()
+        return self._step
 
     def stream(self, prime: str = "", length: int = DEFAULTS.length, **options) -> Iterator[str]:
         """Yields the continuation of ``prime`` a character at a time (for live display)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -76,6 +77,39 @@ class CharLSTM(nn.Module):
         return LeanStep(self)
 
 
+# Rows per matrix product when sampling. A CPU's GEMM sums each row of a product in an
+# order that can depend on how many rows the product has (the kernel's blocking), so the
+# same row alone and in a batch of 32 can differ in the last bit, and a draw near a
+# boundary then differs. Products of a fixed number of rows (a batch is cut into tiles, the
+# last padded) give each row the same sums whatever else is in the batch: a text is the
+# same alone or among others (chargen.batching). 8 rows cost about what 1 does: a product
+# this small is bound by reading the weights, not by the arithmetic.
+TILE = 8
+# Elementwise ops (the cell's sigmoid and tanh) run a vector loop of up to 32 floats at a
+# time and a scalar loop for the remainder, and a scalar tanh can differ from the vector one
+# in the last bit; above 32,768 elements (ATen's grain) they are split among threads, each
+# with its own remainder. So the cell is computed in pieces of whole tiles below the grain,
+# and a tile holds a multiple of 32 floats of a layer: then no row ever meets the scalar
+# loop, wherever it sits in the batch (for hidden sizes below 2,048).
+VECTOR_FLOATS = 32
+ELEMENTWISE_GRAIN = 32768
+
+
+def tile_rows(hidden: int) -> int:
+    """Rows per tile for a layer of ``hidden`` units: TILE, or more where TILE rows would
+    not hold a multiple of VECTOR_FLOATS floats."""
+    return math.lcm(TILE, VECTOR_FLOATS // math.gcd(hidden, VECTOR_FLOATS))
+
+
+def tiled_addmm(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, tile: int) -> torch.Tensor:
+    """bias + x @ weight for x of (tiles * tile, in), as products of ``tile`` rows."""
+    tiles = x.shape[0] // tile
+    if bias.dim() == 2:
+        bias = bias.view(tiles, tile, -1)
+    out = torch.baddbmm(bias, x.view(tiles, tile, -1), weight.expand(tiles, *weight.shape))
+    return out.view(tiles * tile, -1)
+
+
 class LeanStep:
     """One time step of a ``CharLSTM`` in eval mode, for sampling a character at a time.
 
@@ -83,7 +117,8 @@ class LeanStep:
     flattening, the general multi-step kernel) than in arithmetic. Here the weights are
     pulled out once: the embedding is folded into the first layer's input weights and both
     biases (a table of vocabulary x 4·hidden, so that product becomes a row lookup), and a
-    step is one ``addmm`` per layer, the gate nonlinearities and one ``addmm`` for the head.
+    step is one product per layer, the gate nonlinearities and one product for the head,
+    in tiles (``tile_rows``): a row's result does not depend on the other rows.
     A snapshot: build a new one after the weights change."""
 
     @torch.inference_mode()
@@ -99,24 +134,43 @@ class LeanStep:
         self.head_weight = model.head.weight.t().contiguous()
         self.head_bias = model.head.bias.detach().clone()
         self.hidden = model.config.hidden
+        self.tile = tile_rows(self.hidden)
 
     def __call__(self, ids: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """ids (batch,) -> logits (batch, vocab) and the next state."""
+        rows, tile = ids.shape[0], self.tile
+        pad = -rows % tile  # (padding rows start from id 0 and a zero state; they are dropped)
         h, c = state
+        if pad:
+            ids = nn.functional.pad(ids, (0, pad))
+            h, c = nn.functional.pad(h, (0, 0, 0, pad)), nn.functional.pad(c, (0, 0, 0, pad))
         hs, cs = [], []
         x = None
         for k in range(len(self.recurrent)):
             if k == 0:
-                gates = torch.addmm(self.table[ids], h[0], self.recurrent[0])
+                gates = tiled_addmm(self.table[ids], h[0], self.recurrent[0], tile)
             else:
-                gates = torch.addmm(torch.addmm(self.bias[k], x, self.weight[k]), h[k], self.recurrent[k])
-            n = self.hidden  # PyTorch's gate order: input, forget, cell, output
-            i_f = torch.sigmoid(gates[:, : 2 * n])
-            cell = i_f[:, n:] * c[k] + i_f[:, :n] * torch.tanh(gates[:, 2 * n : 3 * n])
-            x = torch.sigmoid(gates[:, 3 * n :]) * torch.tanh(cell)
-            hs.append(x)
-            cs.append(cell)
-        return torch.addmm(self.head_bias, x, self.head_weight), (torch.stack(hs), torch.stack(cs))
+                gates = tiled_addmm(tiled_addmm(self.bias[k], x, self.weight[k], tile), h[k], self.recurrent[k], tile)
+            x, cell = lstm_cell(gates, c[k], self.hidden, tile)
+            hs.append(x[:rows])
+            cs.append(cell[:rows])
+        return tiled_addmm(self.head_bias, x, self.head_weight, tile)[:rows], (torch.stack(hs), torch.stack(cs))
+
+
+def lstm_cell(gates: torch.Tensor, c: torch.Tensor, n: int, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The new (h, c) from gates (rows, 4n) in PyTorch's order (input, forget, cell, output),
+    in pieces of whole tiles below ELEMENTWISE_GRAIN elements."""
+    piece = max(tile, (ELEMENTWISE_GRAIN - 1) // (2 * n) // tile * tile)
+    hs, cs = [], []
+    for lo in range(0, gates.shape[0], piece):
+        g = gates[lo : lo + piece]
+        i_f = torch.sigmoid(g[:, : 2 * n])
+        cell = i_f[:, n:] * c[lo : lo + piece] + i_f[:, :n] * torch.tanh(g[:, 2 * n : 3 * n])
+        hs.append(torch.sigmoid(g[:, 3 * n :]) * torch.tanh(cell))
+        cs.append(cell)
+    if len(hs) == 1:
+        return hs[0], cs[0]
+    return torch.cat(hs), torch.cat(cs)
 
 
 def detach_state(state: State) -> State:

@@ -50,6 +50,56 @@ def check_sampling(temperature: float, top_k: int, top_p: float, length: int, nu
                            f"{length * num_samples:,} characters; ask for at most {MAX_BATCH_CHARS:,} at once")
 
 
+def pick(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+         race: torch.Tensor) -> torch.Tensor:
+    """Next ids (rows,) from logits (rows, vocab), each row with its own options (tensors of
+    (rows,)): greedy at temperature 0, otherwise a draw from the temperature-scaled
+    distribution cut to the row's top k and top p. ``race`` (rows, vocab) holds Exp(1)
+    draws from each row's own random stream: the id drawn is the one whose probability over
+    its draw is largest (the exponential race: id i wins with probability p_i).
+
+    Each row's id depends on its own logits, options and draws alone, computed by the same
+    operations whatever the other rows ask for (a row that cuts nothing goes through a cut
+    unchanged), so a text drawn among others is the text drawn alone."""
+    logits = logits.float()
+    tiny, largest = torch.finfo(logits.dtype).tiny, torch.finfo(logits.dtype).max
+    greedy = temperature < tiny  # 0, or too small for float32 to tell from 0
+    # Shifted so the likeliest is 0, and the temperature kept within float32: no temperature,
+    # however small or large, makes an inf or a 0 x inf (and so a NaN softmax).
+    scale = torch.where(greedy, 1.0, temperature.double().clamp(max=largest)).to(logits.dtype)
+    scaled = (logits - logits.max(dim=-1, keepdim=True).values) / scale.unsqueeze(-1)
+    vocab = logits.shape[-1]
+    k = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
+    if bool((k < vocab).any()):
+        kth = scaled.sort(dim=-1, descending=True).values.gather(-1, (k - 1).unsqueeze(-1))
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    cut = top_p < 1.0
+    if bool(cut.any()):
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        # Drop a token once the ones before it already cover top_p; the top one stays.
+        drop = (probs.cumsum(dim=-1) - probs >= top_p.to(probs.dtype).unsqueeze(-1)) & cut.unsqueeze(-1)
+        drop[:, 0] = False  # (a top_p below float32's smallest number compares as 0)
+        kept = sorted_logits.masked_fill(drop, float("-inf"))
+        scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, kept)
+    # (a draw of exactly 0 would make 0/0 for a banned id: it is kept above 0)
+    drawn = (scaled.softmax(dim=-1).double() / race.clamp(min=torch.finfo(race.dtype).tiny)).argmax(dim=-1)
+    return torch.where(greedy, logits.argmax(dim=-1), drawn)
+
+
+def draw_race(rows: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    """Exp(1) draws (rows, vocab) in float64 from ``generator``: a row's next random numbers."""
+    return torch.empty(rows, vocab, dtype=torch.float64, device=generator.device).exponential_(generator=generator)
+
+
+def row_options(options: SamplingOptions, rows: int, device: torch.device | str = "cpu"
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``options`` as the (rows,) tensors ``pick`` takes."""
+    return (torch.full((rows,), options.temperature, dtype=torch.float64, device=device),
+            torch.full((rows,), options.top_k, dtype=torch.long, device=device),
+            torch.full((rows,), options.top_p, dtype=torch.float64, device=device))
+
+
 def pick_next(
     logits: torch.Tensor,
     temperature: float,
@@ -57,28 +107,10 @@ def pick_next(
     top_p: float,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """Next ids (batch,) from logits (batch, vocab): greedy at temperature 0, otherwise
-    a draw from the temperature-scaled distribution cut to the top k and top p."""
-    logits = logits.float()
-    if temperature < torch.finfo(logits.dtype).tiny:  # 0, or too small for float32 to tell from 0: greedy
-        return logits.argmax(dim=-1)
-    # Shifted so the likeliest is 0, and the temperature kept within float32: no temperature,
-    # however small or large, makes an inf or a 0 x inf (and so a NaN softmax).
-    temperature = min(temperature, torch.finfo(logits.dtype).max)
-    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
-    if 0 < top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = sorted_logits.softmax(dim=-1)
-        # Drop a token once the ones before it already cover top_p; the top one stays.
-        drop = probs.cumsum(dim=-1) - probs >= top_p
-        drop[:, 0] = False  # (a top_p below float32's smallest number compares as 0)
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    probs = logits.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    """``pick`` with the same options for every row and draws from ``generator``."""
+    options = SamplingOptions(temperature, top_k, top_p)
+    race = draw_race(logits.shape[0], logits.shape[-1], generator)
+    return pick(logits, *row_options(options, logits.shape[0], logits.device), race)
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -99,7 +131,11 @@ class Sampler:
     where it stopped: the state is kept, the text is never fed again.
 
     With ``items`` (lines mode) every sample is an item started from ``<bos>`` and
-    ``prime``; it ends at its ``<eos>`` and yields "" from then on."""
+    ``prime``; it ends at its ``<eos>`` and yields "" from then on.
+
+    A step is in three parts, so that the app's shared loop (chargen.batching) can step many
+    samplers' rows as one batch: ``pending``/``state`` (the rows' inputs), ``race`` (this
+    sampler's random draws) and ``take`` (the ids drawn, as text)."""
 
     def __init__(
         self,
@@ -134,20 +170,52 @@ class Sampler:
         self._drawn: list[list[str]] = [[] for _ in range(num_samples)]
         self.ended = [False] * num_samples
         self._chars = [""] * len(SPECIALS) + tokenizer.chars
-        device = model.head.weight.device
-        self._generator = make_generator(seed, device)
+        self.device = model.head.weight.device
+        self._generator = make_generator(seed, self.device)
         banned = (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
-        self._banned = torch.tensor(banned, dtype=torch.long, device=device)
-        self._state: State | None = None
-        # The ids drawn last and not yet fed: fed when the next character is asked for,
-        # so a sample that stops costs no step it does not use.
-        self._pending = torch.tensor(prime_ids, dtype=torch.long, device=device).unsqueeze(1).expand(
-            -1, num_samples).contiguous()
+        self.banned = torch.tensor(banned, dtype=torch.long, device=self.device)
+        self._prime = torch.tensor(prime_ids, dtype=torch.long, device=self.device)
+        # The ids drawn last and not yet fed (num_samples,), and the state they are fed into:
+        # fed when the next character is asked for, so a sample that stops costs no step it
+        # does not use. Both are set by ``start``.
+        self.pending: torch.Tensor | None = None
+        self.state: State | None = None
 
     @property
     def texts(self) -> list[str]:
         """What each sample has drawn so far, the prime not included."""
         return ["".join(drawn) for drawn in self._drawn]
+
+    @torch.inference_mode()
+    def start(self) -> None:
+        """Feed the prime, all but its last character, once (nn.LSTM over the whole of it,
+        for one sample: they all start alike); its last character is the first pending id.
+        Done by the first step if not before."""
+        if self.pending is not None:
+            return
+        n = self.num_samples
+        if len(self._prime) > 1:
+            _, state = self.model(self._prime[:-1].unsqueeze(1))
+            self.state = (state[0].expand(-1, n, -1).contiguous(), state[1].expand(-1, n, -1).contiguous())
+        else:
+            self.state = self.model.initial_state(n)
+        self.pending = self._prime[-1:].expand(n).contiguous()
+
+    def race(self) -> torch.Tensor:
+        """This step's random draws for every sample (see ``pick``)."""
+        return draw_race(self.num_samples, len(self._chars), self._generator)
+
+    def take(self, ids: torch.Tensor) -> list[str]:
+        """The ids drawn at this step (num_samples,): the next pending ids, and the new
+        character of every sample ("" for an item that has ended)."""
+        self.pending = ids
+        out = []
+        for j, i in enumerate(ids.tolist()):
+            self.ended[j] = self.ended[j] or (self.items and i == EOS_ID)
+            piece = "" if self.ended[j] else self._chars[i]
+            self._drawn[j].append(piece)
+            out.append(piece)
+        return out
 
     def pieces(self, length: int, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
                top_p: float = DEFAULTS.top_p
@@ -156,28 +224,22 @@ class Sampler:
         item that has ended); the steps stop early once every item has ended. The options
         are checked now, not when the first character is asked for."""
         check_sampling(temperature, top_k, top_p, length, self.num_samples)
-        return self._steps(length, temperature, top_k, top_p)
+        return self._steps(length, SamplingOptions(temperature, top_k, top_p))
 
     @torch.inference_mode()
-    def _steps(self, length: int, temperature: float, top_k: int, top_p: float) -> Iterator[list[str]]:
+    def _steps(self, length: int, options: SamplingOptions) -> Iterator[list[str]]:
+        per_row = row_options(options, self.num_samples, self.device)
         for _ in range(length):
             if all(self.ended):
                 return
-            if self._step is not None and self._state is not None:
-                logits, self._state = self._step(self._pending[0], self._state)
+            self.start()
+            if self._step is not None:
+                logits, self.state = self._step(self.pending, self.state)
             else:
-                logits, self._state = self.model(self._pending, self._state)
-                logits = logits[-1]
-            logits = logits.index_fill(-1, self._banned, float("-inf"))
-            ids = pick_next(logits, temperature, top_k, top_p, self._generator)
-            self._pending = ids.unsqueeze(0)
-            out = []
-            for j, i in enumerate(ids.tolist()):
-                self.ended[j] = self.ended[j] or (self.items and i == EOS_ID)
-                piece = "" if self.ended[j] else self._chars[i]
-                self._drawn[j].append(piece)
-                out.append(piece)
-            yield out
+                logits, self.state = self.model(self.pending.unsqueeze(0), self.state)
+                logits = logits[0]
+            logits = logits.index_fill(-1, self.banned, float("-inf"))
+            yield self.take(pick(logits, *per_row, self.race()))
 
 
 def sample_text(

@@ -9,19 +9,21 @@ path), numbers are clamped to ``Limits`` whatever the sliders say, and a problem
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import functools
 import math
 import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import checkpoint
 from .api import TrainedModel, load
+from .batching import Generation, SharedLoop
 from .corpus import load_corpus
 from .device import resolve_device
 from .errors import ChargenError
@@ -30,7 +32,7 @@ from .model import ModelConfig
 from .sample import DEFAULTS, Sampler, SamplingOptions
 from .train import TrainConfig, TrainResult, train
 
-__all__ = ["AUTO", "DEFAULTS", "PRESETS", "Limits", "Service", "Shelf", "TrainingView", "Writing"]
+__all__ = ["AUTO", "DEFAULTS", "PRESETS", "Limits", "Service", "Shelf", "TextStream", "TrainingView", "Writing"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,12 @@ class Limits:
     max_upload_mb: int = 20
     min_train_seconds: int = 10
     max_train_seconds: int = 600
-    concurrency: int = 4  # generations served at once
-    queue_size: int = 32  # waiting beyond that are turned away
+    max_rows: int = 256  # rows of text stepped together per model (chargen.batching)
+    max_waiting: int = 256  # generations waiting for rows; beyond, turned away
+    concurrency: int = 4  # other requests served at once (training, model cards)
+    # Requests in Gradio's queue before they start; beyond, turned away. Generations start at
+    # once (the loop bounds them), but a burst of them arrives faster than Gradio pops them.
+    queue_size: int = 256
 
 
 AUTO = "auto (fits the time)"
@@ -56,8 +62,8 @@ PRESETS: dict[str, ModelConfig | None] = {  # model sizes for the Train tab; dro
     "medium (1x512)": ModelConfig(embedding=64, hidden=512, layers=1),
 }
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
-STREAM_EVERY = 0.05  # seconds between updates sent while streaming
 BUSY = "This text is still being generated; wait for it or press Stop."
+LEAVING_SECONDS = 10.0  # the most a stopped generation may take to leave the loop (one step)
 STOPPED = {"done": "finished", "time": "reached its time budget", "interrupted": "stopped"}
 
 
@@ -128,23 +134,34 @@ class Writing:
     seed: int | None
     rounds: int = 1
     done_items: list[str] = field(default_factory=list)  # lines mode: items of earlier rounds
-    # Held while a generation draws from the sampler. A server runs handlers in threads, so
-    # a check-then-set flag could let Continue, pressed twice, run two on the one sampler.
-    drawing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # The model the text was started on: Continue goes on with it (and in its loop) even
+    # after the shelf has loaded newer weights under the same name.
+    model: TrainedModel | None = field(default=None, repr=False, compare=False)
+    generation: Generation | None = field(default=None, repr=False, compare=False)  # the last one
+    # A server runs handlers concurrently, so a check-then-set could let Continue, pressed
+    # twice, put the one sampler into the loop twice: the check and the set hold this.
+    guard: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def busy(self) -> bool:
-        return self.drawing.locked()
+        """A generation is drawing; a stopped one counts as gone (it leaves the loop at its
+        next step, and ``begin`` waits for that)."""
+        g = self.generation
+        return g is not None and not g.done and not g.cancel_requested
 
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """The sampler to this generation alone, or the busy message at once."""
-        if not self.drawing.acquire(blocking=False):  # e.g. Continue pressed twice
-            raise ChargenError(BUSY)
-        try:
-            yield
-        finally:
-            self.drawing.release()
+    def begin(self, options: SamplingOptions, first: Callable[[], None] | None = None) -> Generation:
+        """This text's next generation, or the busy message at once. ``first`` runs once the
+        sampler is this generation's alone (Continue's new round of items)."""
+        with self.guard:
+            if self.busy:  # e.g. Continue pressed twice
+                raise ChargenError(BUSY)
+            last = self.generation
+            if last is not None and not last.wait_done(LEAVING_SECONDS):  # stopped: one step at most
+                raise ChargenError(BUSY)
+            if first is not None:
+                first()
+            self.generation = Generation(self.sampler, options)
+            return self.generation
 
     def text(self) -> str:
         if self.sampler.items:
@@ -170,23 +187,75 @@ def clamp(value: float | None, low: float, high: float, default: float) -> float
     return min(high, max(low, value))
 
 
-def stream_text(writing: Writing, options: SamplingOptions,
-                first: Callable[[], None] | None = None) -> Iterator[tuple[str, Writing]]:
-    """The session's text as it grows: at once after the first character, then at most
-    every STREAM_EVERY seconds, and whole at the end. ``first`` runs once the sampler is
-    this generation's alone (Continue's new round of items)."""
-    with writing.exclusive():
-        if first is not None:
-            first()
-        last = 0.0
-        pieces = writing.sampler.pieces(options.length, temperature=options.temperature, top_k=options.top_k,
-                                        top_p=options.top_p)
-        for i, _ in enumerate(pieces):
-            now = time.perf_counter()
-            if i == 0 or now - last >= STREAM_EVERY:
-                last = now
-                yield writing.text(), writing
-        yield writing.text(), writing
+class TextStream:
+    """The session's text as it grows, drawn in the model's shared loop: once the first
+    character is in, then at most every NOTIFY_EVERY seconds, and whole at the end, as
+    ``(text, writing)``. Iterate it in a thread, or with ``async for`` (the app: no thread is
+    held while a text waits for its next characters). Closing it early (Stop, or the page
+    gone) takes the text out of the loop at its next step; its sampler keeps the state."""
+
+    def __init__(self, loop: SharedLoop, writing: Writing, options: SamplingOptions,
+                 first: Callable[[], None] | None = None) -> None:
+        self.loop, self.writing, self.options, self.first = loop, writing, options, first
+        self._sync: Iterator[tuple[str, Writing]] | None = None
+
+    def _begin(self) -> Generation:
+        generation = self.writing.begin(self.options, self.first)
+        try:
+            generation.sampler.start()  # the prime, fed here: not on the loop's time
+            return self.loop.submit(generation)
+        except BaseException:
+            generation.end("cancelled")
+            raise
+
+    def _update(self, generation: Generation) -> tuple[str, Writing]:
+        if generation.status == "failed":
+            raise ChargenError(generation.error or "generation failed")
+        return self.writing.text(), self.writing
+
+    def __iter__(self) -> TextStream:
+        return self
+
+    def __next__(self) -> tuple[str, Writing]:
+        if self._sync is None:
+            self._sync = self._updates()
+        return next(self._sync)
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+
+    def _updates(self) -> Iterator[tuple[str, Writing]]:
+        generation = self._begin()
+        try:
+            seen, finished = 0, False
+            while not finished:
+                seen = generation.wait(seen)
+                finished = generation.done  # (read before the text: a text read after is whole)
+                yield self._update(generation)
+        finally:
+            generation.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[tuple[str, Writing]]:
+        begin = asyncio.ensure_future(asyncio.to_thread(self._begin))  # (feeding a long prime takes a moment)
+        try:
+            generation = await asyncio.shield(begin)
+        except asyncio.CancelledError:  # stopped while the prime was fed: stop it once it is in the loop
+            begin.add_done_callback(cancel_when_begun)
+            raise
+        try:
+            seen, finished = 0, False
+            while not finished:
+                seen = await generation.changed(seen)
+                finished = generation.done
+                yield self._update(generation)
+        finally:
+            generation.cancel()
+
+
+def cancel_when_begun(begun: asyncio.Future) -> None:
+    if not begun.cancelled() and begun.exception() is None:
+        begun.result().cancel()
 
 
 # --- training ----------------------------------------------------------------------------
@@ -306,6 +375,8 @@ class Service:
         self.corpora_dir = Path(corpora_dir)
         self.limits = limits
         self.job = TrainingJob()
+        self._loops: weakref.WeakKeyDictionary[TrainedModel, SharedLoop] = weakref.WeakKeyDictionary()
+        self._loops_lock = threading.Lock()
         self.poll = poll  # seconds between looks at a training's events
 
     def describe(self, model_name: str) -> tuple[str, str]:
@@ -321,7 +392,7 @@ class Service:
                                length=int(clamp(length, 1, limits.max_length, DEFAULTS.length)))
 
     def generate(self, model_name: str, prime: str | None, length, temperature, top_k, top_p, seed,
-                 num_samples) -> Iterator[tuple[str, Writing]]:
+                 num_samples) -> TextStream:
         """A new text for the session. Checked before it returns, so a bad request fails
         before anything streams."""
         model = self.shelf.get(model_name)
@@ -333,11 +404,11 @@ class Service:
         options = self.options(length, temperature, top_k, top_p)
         n = int(clamp(num_samples, 1, self.limits.max_samples, 1))
         seed = None if not isinstance(seed, int | float) or seed < 0 else int(clamp(seed, 0, 2**63 - 1, 0))
-        writing = Writing(model_name, prime, model.sampler(prime, num_samples=n, seed=seed), seed)
-        return stream_text(writing, options)
+        writing = Writing(model_name, prime, model.sampler(prime, num_samples=n, seed=seed), seed, model=model)
+        return TextStream(self.loop(model), writing, options)
 
     def continue_(self, writing: Writing | None, model_name: str, length, temperature, top_k,
-                  top_p) -> Iterator[tuple[str, Writing]]:
+                  top_p) -> TextStream:
         """More of the session's text, from where its sampler stopped; in lines mode, once
         the items have ended, a new round of them below the others."""
         if not isinstance(writing, Writing):
@@ -345,11 +416,16 @@ class Service:
         if writing.model_name != model_name:
             raise ChargenError("The model changed since this text was written; press Generate to start with it.")
         options = self.options(length, temperature, top_k, top_p)
-        new_round = None
-        if writing.sampler.items:
-            model = self.shelf.get(model_name)
-            new_round = functools.partial(writing.next_round, model)
-        return stream_text(writing, options, new_round)
+        model = writing.model or self.shelf.get(model_name)
+        new_round = functools.partial(writing.next_round, model) if writing.sampler.items else None
+        return TextStream(self.loop(model), writing, options, new_round)
+
+    def loop(self, model: TrainedModel) -> SharedLoop:
+        """The model's sampling loop, made on first use (a reloaded model gets a new one)."""
+        with self._loops_lock:
+            if model not in self._loops:
+                self._loops[model] = SharedLoop(model.stepper(), self.limits.max_rows, self.limits.max_waiting)
+            return self._loops[model]
 
     def corpora(self) -> dict[str, Path]:
         """The shipped corpora, by file name."""

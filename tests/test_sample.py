@@ -41,8 +41,9 @@ def test_greedy_and_its_equivalents(model):
 
 
 def test_state_is_carried_not_refed(model, monkeypatch):
-    """The prime is fed once through nn.LSTM; then each new character costs one lean step
-    on the id just drawn, from the carried state."""
+    """The prime is fed once through nn.LSTM, all but its last character; then each new
+    character costs one lean step (the first on the prime's last character), from the
+    carried state."""
     from chargen.model import LeanStep
 
     calls = []
@@ -58,7 +59,7 @@ def test_state_is_carried_not_refed(model, monkeypatch):
         model.generate("the king", 30, seed=0)
     finally:
         hook.remove()
-    assert calls == [("lstm", len("the king"))] + [("step", (1,))] * 29
+    assert calls == [("lstm", len("the king") - 1)] + [("step", (1,))] * 30
 
 
 def test_never_emits_specials(model):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from chargen import ChargenError, checkpoint
-from chargen.serving import BUSY, Limits, Service, Writing, stream_text
+from chargen.serving import BUSY, Limits, Service, TextStream, Writing
 from conftest import make_text, shelf_of_models
 
 
@@ -117,13 +117,15 @@ def test_sampling_values_are_clamped_whatever_the_client_sends(service, length, 
 def test_one_generation_at_a_time_per_text(service):
     """Continue pressed again while the text is still growing is refused, not run on the
     same sampler at once; the lock is let go when a generation ends or is cancelled."""
-    first = generate(service, length=200)
+    first = generate(service, length=3000)  # (still growing when Continue is pressed)
     _, writing = next(first)
     with pytest.raises(ChargenError, match="still being generated"):
         next(service.continue_(writing, "shakespeare", 10, 1.0, 0, 1.0))
     first.close()  # what a cancel does
     assert not writing.busy
-    assert text_of(service.continue_(writing, "shakespeare", 10, 1.0, 0, 1.0)).startswith("the ")
+    text = text_of(service.continue_(writing, "shakespeare", 10, 1.0, 0, 1.0))
+    drawn = len(text) - len("the ")
+    assert drawn >= 11 and text == text_of(generate(service, length=drawn))  # one text, from one sampler
 
 
 def test_only_one_of_many_threads_draws_from_a_text(service):
@@ -134,7 +136,7 @@ def test_only_one_of_many_threads_draws_from_a_text(service):
     start, outcomes, running = threading.Barrier(8), [], []
 
     def press():
-        pieces = stream_text(writing, service.options(50, 1.0, 0, 1.0))
+        pieces = TextStream(service.loop(model), writing, service.options(3000, 1.0, 0, 1.0))
         start.wait()
         try:
             next(pieces)

@@ -1,0 +1,267 @@
+"""One sampling loop per model for every live generation: continuous batching, as LLM
+servers do it, for a character LSTM.
+
+A ``Generation`` is a ``Sampler`` (its rows' LSTM state, its random stream, its texts) with
+its options and length. It joins the loop at the next tick and is stepped with every other
+generation of the model as one batch: one LeanStep for all rows, then each row's draw by
+``pick`` with its own options from its own sampler's random stream. It leaves once it has
+its length, its items have all ended, or it is cancelled (Stop, or the browser went
+away); its sampler then holds its state, so a Continue joins again from there.
+
+Because the step computes in tiles of a fixed number of rows (chargen.model.TILE) and each
+row draws from its own stream, a text is the same, character for character, as the text
+the same seed gives alone, whatever else is in the batch (tests/test_batching.py; on a
+CPU, where the app samples: on a GPU the kernels may differ by batch size, unchecked). A
+long text costs its row of the batch and nothing more: a new request's first character
+waits for one tick, not for the others to finish.
+
+Bounds: at most ``max_rows`` rows are stepped; beyond them generations wait, first come
+first served, up to ``max_waiting``; beyond that they are refused with a message. The loop
+runs on a thread of its own, which sleeps while there is nothing to do and ends after
+``idle_seconds`` of it (the next request starts it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import ChargenError
+from .model import LeanStep
+from .sample import Sampler, SamplingOptions, pick, row_options
+
+NOTIFY_EVERY = 0.05  # seconds between a generation's updates (the first and the last are at once)
+
+
+@dataclass(eq=False)
+class Generation:
+    """``sampler`` drawing ``options.length`` more steps in a loop; ``version`` counts its
+    updates, for a consumer to wait on (``wait`` in a thread, ``changed`` in asyncio)."""
+
+    sampler: Sampler
+    options: SamplingOptions
+    steps: int = 0  # taken in this generation
+    status: str = "waiting"  # waiting, running, finished, cancelled or failed
+    error: str | None = None
+    version: int = 0
+    cancel_requested: bool = False
+    _notified: float = 0.0
+    per_row: tuple = field(init=False, repr=False)  # the options as ``pick`` takes them
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _futures: list = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.per_row = row_options(self.options, self.rows, self.sampler.device)
+
+    @property
+    def rows(self) -> int:
+        return self.sampler.num_samples
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("finished", "cancelled", "failed")
+
+    @property
+    def complete(self) -> bool:
+        return self.steps >= self.options.length or all(self.sampler.ended)
+
+    def cancel(self) -> None:
+        """Leave the loop at its next tick (the sampler keeps the state reached)."""
+        self.cancel_requested = True
+
+    def wait_done(self, timeout: float) -> bool:
+        """Block until the generation has left the loop (or ``timeout``); whether it has."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.done, timeout)
+
+    def wait(self, seen: int, timeout: float | None = None) -> int:
+        """Block until the version is past ``seen`` (or ``timeout``); the version now."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.version != seen, timeout)
+            return self.version
+
+    async def changed(self, seen: int) -> int:
+        """``wait`` for asyncio: no thread is held while it waits."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._cond:
+            if self.version != seen:
+                return self.version
+            self._futures.append((loop, future))
+        await future
+        return self.version
+
+    def notify(self) -> None:
+        with self._cond:
+            self.version += 1
+            self._notified = time.perf_counter()
+            self._cond.notify_all()
+            futures, self._futures = self._futures, []
+        for loop, future in futures:
+            with contextlib.suppress(RuntimeError):  # (that event loop has closed: nobody waits)
+                loop.call_soon_threadsafe(_resolve, future)
+
+    def end(self, status: str, error: str | None = None) -> None:
+        self.status, self.error = status, error
+        self.notify()
+
+
+LOOPS: weakref.WeakSet[SharedLoop] = weakref.WeakSet()
+
+
+@atexit.register
+def close_loops() -> None:
+    for loop in list(LOOPS):
+        loop.close()
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class SharedLoop:
+    """The loop of one model: ``submit`` a generation; it is stepped with all the others."""
+
+    def __init__(self, step: LeanStep, max_rows: int = 256, max_waiting: int = 256,
+                 idle_seconds: float = 30.0) -> None:
+        self.step = step
+        self.max_rows, self.max_waiting, self.idle_seconds = max_rows, max_waiting, idle_seconds
+        self._lock = threading.Condition()  # (over an RLock: _leave takes it inside _admit)
+        self._waiting: deque[Generation] = deque()
+        self._running: list[Generation] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.ticks = 0
+        LOOPS.add(self)
+
+    @property
+    def rows(self) -> int:
+        return sum(g.rows for g in self._running)
+
+    def submit(self, generation: Generation) -> Generation:
+        """Queue ``generation`` to join at the next tick; a ChargenError if the loop is full.
+        Its sampler should have been started (``Sampler.start``, the prime fed) by the
+        caller, off this loop's thread: else the loop does it."""
+        if generation.rows > self.max_rows:
+            raise ChargenError(f"{generation.rows} samples at once is more than this server steps "
+                               f"({self.max_rows}); ask for fewer")
+        with self._lock:
+            if self._closed:
+                raise ChargenError("The server is shutting down; try again in a minute.")
+            if self._beyond_rows() >= self.max_waiting and not self._fits(generation):
+                raise ChargenError(f"The server is busy: {len(self._running)} texts are being written and "
+                                   f"{self._beyond_rows()} are waiting. Try again in a minute.")
+            self._waiting.append(generation)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="chargen-sampling", daemon=True)
+                self._thread.start()
+            self._lock.notify()
+        return generation
+
+    def _beyond_rows(self) -> int:
+        """Queued generations that will not be admitted at the next tick (rows are full)."""
+        rows = self.rows
+        for i, g in enumerate(self._waiting):
+            if rows + g.rows > self.max_rows:
+                return len(self._waiting) - i
+            rows += g.rows
+        return 0
+
+    def _fits(self, generation: Generation) -> bool:
+        """Whether ``generation`` would join at the next tick if queued now."""
+        return self._beyond_rows() == 0 and self.rows + sum(g.rows for g in self._waiting) + generation.rows \
+            <= self.max_rows
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop every generation and the loop's thread (at exit: a thread still inside torch
+        when the interpreter ends would abort the process)."""
+        with self._lock:
+            self._closed = True
+            for g in self._running + list(self._waiting):
+                g.cancel()
+            thread = self._thread
+            self._lock.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while (running := self._admit()) is not None:
+                try:
+                    self._tick(running)
+                except Exception as e:  # (one bad step fails its generations, not the server)
+                    self._leave(running, "failed", f"generation failed: {type(e).__name__}: {e}")
+        except BaseException as e:  # the loop itself broke: nothing may wait on it for ever
+            with self._lock:
+                self._thread = None
+                stranded = self._running + list(self._waiting)
+                self._waiting.clear()
+            self._leave(stranded, "failed", f"the sampling loop stopped: {type(e).__name__}: {e}")
+            raise
+
+    def _leave(self, generations: list[Generation], status: str, error: str | None = None) -> None:
+        """Take ``generations`` out of the loop. Their samplers keep copies of their rows'
+        state (not views of the batch's, which would keep the whole batch in memory)."""
+        with self._lock:
+            for g in generations:
+                if g in self._running:
+                    self._running.remove(g)
+                state = g.sampler.state
+                if state is not None:
+                    g.sampler.state = (state[0].clone(), state[1].clone())
+                g.end(status, error)
+
+    def _admit(self) -> list[Generation] | None:
+        """This tick's generations: the cancelled and the complete leave, the waiting join
+        while rows allow. None (and the thread ends) after idle_seconds with nothing."""
+        with self._lock:
+            while True:
+                for g in [g for g in self._running if g.cancel_requested or g.complete]:
+                    self._leave([g], "finished" if g.complete else "cancelled")
+                for g in [g for g in self._waiting if g.cancel_requested or g.complete]:
+                    self._waiting.remove(g)  # (one with nothing to draw takes no step, as alone)
+                    self._leave([g], "finished" if g.complete else "cancelled")
+                rows = self.rows
+                while self._waiting and rows + self._waiting[0].rows <= self.max_rows:
+                    g = self._waiting.popleft()
+                    g.status, rows = "running", rows + g.rows
+                    self._running.append(g)
+                if self._running:
+                    return list(self._running)
+                if self._closed or (not self._lock.wait(self.idle_seconds) and not self._waiting):
+                    self._thread = None
+                    return None
+
+    @torch.inference_mode()
+    def _tick(self, running: list[Generation]) -> None:
+        samplers = [g.sampler for g in running]
+        for s in samplers:
+            s.start()
+        if len(samplers) == 1:
+            pending, state = samplers[0].pending, samplers[0].state
+        else:
+            pending = torch.cat([s.pending for s in samplers])
+            state = (torch.cat([s.state[0] for s in samplers], 1), torch.cat([s.state[1] for s in samplers], 1))
+        logits, (h, c) = self.step(pending, state)
+        logits = logits.index_fill(-1, samplers[0].banned, float("-inf"))  # (one model: one mode)
+        options = [torch.cat(parts) for parts in zip(*(g.per_row for g in running), strict=True)]
+        ids = pick(logits, *options, torch.cat([s.race() for s in samplers]))
+        now, start = time.perf_counter(), 0
+        for g in running:
+            end = start + g.rows
+            g.sampler.state = (h[:, start:end], c[:, start:end])
+            g.sampler.take(ids[start:end])
+            g.steps += 1
+            start = end
+            if g.steps == 1 or g.complete or now - g._notified >= NOTIFY_EVERY:
+                g.notify()
+        self.ticks += 1
