@@ -147,11 +147,12 @@ def main() -> None:
     parser.add_argument("--model", default="shakespeare")
     parser.add_argument("--code", default="now", help="a git revision whose app to run (default: this tree's)")
     parser.add_argument("--report", action="store_true", help="only print the results so far")
+    parser.add_argument("--out", type=Path, default=OUT, help="folder of results and checkouts (default %(default)s)")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-    results = OUT / "results.jsonl"
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "results.jsonl"
     if not args.report:
-        root = ROOT if args.code == "now" else checkout(args.code, OUT / f"code-{args.code}")
+        root = ROOT if args.code == "now" else checkout(args.code, args.out / f"code-{args.code}")
         port = free_port()
         server, _ = start_app(port, ROOT / "models", root)
         url = f"http://127.0.0.1:{port}/"

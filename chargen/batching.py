@@ -8,12 +8,13 @@ generation of the model as one batch: one LeanStep for all rows, then each row's
 its length, its items have all ended, or it is cancelled (Stop, or the browser went
 away); its sampler then holds its state, so a Continue joins again from there.
 
-Because the step computes in tiles of a fixed number of rows (chargen.model.TILE) and each
-row draws from its own stream, a text is the same, character for character, as the text
-the same seed gives alone, whatever else is in the batch (tests/test_batching.py; on a
-CPU, where the app samples: on a GPU the kernels may differ by batch size, unchecked). A
-long text costs its row of the batch and nothing more: a new request's first character
-waits for one tick, not for the others to finish.
+Because the step computes each row the same way whatever the batch (chargen.model: oneDNN's
+products on packed weights, the cell on whole tiles) and each row draws from its own
+stream, a text is the same, character for character, as the text the same seed gives
+alone, whatever else is in the batch (tests/test_batching.py; on a CPU, where the app
+samples: on a GPU the kernels may differ by batch size, unchecked). A long text costs its
+row of the batch and nothing more: a new request's first character waits for one tick, not
+for the others to finish.
 
 Bounds: at most ``max_rows`` rows are stepped; beyond them generations wait, first come
 first served, up to ``max_waiting``; beyond that they are refused with a message. The loop

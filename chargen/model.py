@@ -77,37 +77,60 @@ class CharLSTM(nn.Module):
         return LeanStep(self)
 
 
-# Rows per matrix product when sampling. A CPU's GEMM sums each row of a product in an
-# order that can depend on how many rows the product has (the kernel's blocking), so the
-# same row alone and in a batch of 32 can differ in the last bit, and a draw near a
-# boundary then differs. Products of a fixed number of rows (a batch is cut into tiles, the
-# last padded) give each row the same sums whatever else is in the batch: a text is the
-# same alone or among others (chargen.batching). 8 rows cost about what 1 does: a product
-# this small is bound by reading the weights, not by the arithmetic.
-TILE = 8
-# Elementwise ops (the cell's sigmoid and tanh) run a vector loop of up to 32 floats at a
-# time and a scalar loop for the remainder, and a scalar tanh can differ from the vector one
-# in the last bit; above 32,768 elements (ATen's grain) they are split among threads, each
-# with its own remainder. So the cell is computed in pieces of whole tiles below the grain,
-# and a tile holds a multiple of 32 floats of a layer: then no row ever meets the scalar
-# loop, wherever it sits in the batch (for hidden sizes below 2,048).
+# Sampling steps many texts' rows as one batch (chargen.batching), and a text must come out
+# the same as alone: every row's numbers the same to the last bit, whatever else is in the
+# batch. Two things stand in the way on a CPU.
+#
+# Matrix products: MKL's GEMM (torch.addmm) sums a row in an order that depends on how many
+# rows the product has (one row goes to a GEMV, more to blocked kernels), so a row alone and
+# in a batch of 32 differ in the last bit. oneDNN's inner product on weights packed once
+# (the op torch.compile uses on a CPU) sums every row with the same kernel for any number of
+# rows, at the cost of a GEMV for one row: ``RowProduct`` uses it where it runs, and
+# tests/test_batching.py checks the property on the machine the tests run on.
+#
+# Elementwise ops (the cell's sigmoid and tanh): a vector loop of up to 32 floats at a time
+# and a scalar loop for the remainder, and a scalar tanh can differ from the vector one in
+# the last bit; above 32,768 elements (ATen's grain) they are split among threads, each with
+# its own remainder. So the cell is computed on whole tiles of rows (``cell_tile``: rows that
+# hold a multiple of 32 floats of a layer, the last tile padded) in pieces below the grain:
+# then no row ever meets the scalar loop, wherever it sits (for hidden sizes below 2,048).
 VECTOR_FLOATS = 32
 ELEMENTWISE_GRAIN = 32768
 
 
-def tile_rows(hidden: int) -> int:
-    """Rows per tile for a layer of ``hidden`` units: TILE, or more where TILE rows would
-    not hold a multiple of VECTOR_FLOATS floats."""
-    return math.lcm(TILE, VECTOR_FLOATS // math.gcd(hidden, VECTOR_FLOATS))
+def cell_tile(hidden: int) -> int:
+    """Rows whose cell values fill whole vector loops: 1 for a hidden size that is a
+    multiple of 32, up to 32 rows for an odd one."""
+    return VECTOR_FLOATS // math.gcd(hidden, VECTOR_FLOATS)
 
 
-def tiled_addmm(bias: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, tile: int) -> torch.Tensor:
-    """bias + x @ weight for x of (tiles * tile, in), as products of ``tile`` rows."""
-    tiles = x.shape[0] // tile
-    if bias.dim() == 2:
-        bias = bias.view(tiles, tile, -1)
-    out = torch.baddbmm(bias, x.view(tiles, tile, -1), weight.expand(tiles, *weight.shape))
-    return out.view(tiles * tile, -1)
+class RowProduct:
+    """``x @ weight.T + bias`` for any number of rows, each row's result the same whatever
+    the other rows: oneDNN's inner product on the weight packed once, on a CPU where it
+    runs; elsewhere (a GPU, a CPU build without oneDNN) ``torch.addmm``, whose rows may
+    differ in the last bit with the batch's size."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight_t, self.bias = weight.t().contiguous(), bias
+        self.packed = packed_for_rows(weight, bias)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return x @ self.weight_t if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
+
+
+def packed_for_rows(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """``weight`` (out, in) packed for oneDNN's inner product, or None where that does not
+    run here (tried once on a row of zeros)."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
+        torch.ops.mkldnn._linear_pointwise(weight.new_zeros(1, weight.shape[1]), packed, bias, "none", [], "")
+        return packed
+    except (RuntimeError, AttributeError):
+        return None
 
 
 class LeanStep:
@@ -117,49 +140,42 @@ class LeanStep:
     flattening, the general multi-step kernel) than in arithmetic. Here the weights are
     pulled out once: the embedding is folded into the first layer's input weights and both
     biases (a table of vocabulary x 4·hidden, so that product becomes a row lookup), and a
-    step is one product per layer, the gate nonlinearities and one product for the head,
-    in tiles (``tile_rows``): a row's result does not depend on the other rows.
-    A snapshot: build a new one after the weights change."""
+    step is one or two products per layer (``RowProduct``), the gate nonlinearities
+    (``lstm_cell``) and one product for the head: a row's result does not depend on the
+    other rows. A snapshot: build a new one after the weights change."""
 
     @torch.inference_mode()
     def __init__(self, model: CharLSTM) -> None:
         lstm, layers = model.lstm, model.config.layers
-        weight = [getattr(lstm, f"weight_ih_l{k}") for k in range(layers)]
-        recurrent = [getattr(lstm, f"weight_hh_l{k}") for k in range(layers)]
+        weight = [getattr(lstm, f"weight_ih_l{k}").detach() for k in range(layers)]
+        recurrent = [getattr(lstm, f"weight_hh_l{k}").detach() for k in range(layers)]
         bias = [getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}") for k in range(layers)]
         self.table = torch.addmm(bias[0], model.embed.weight, weight[0].t())
-        self.recurrent = [w.t().contiguous() for w in recurrent]
-        self.weight = [None] + [w.t().contiguous() for w in weight[1:]]
-        self.bias = bias
-        self.head_weight = model.head.weight.t().contiguous()
-        self.head_bias = model.head.bias.detach().clone()
+        self.recurrent = [RowProduct(w, None) for w in recurrent]
+        self.inputs = [None] + [RowProduct(w, b) for w, b in zip(weight[1:], bias[1:], strict=True)]
+        self.head = RowProduct(model.head.weight.detach(), model.head.bias.detach().clone())
         self.hidden = model.config.hidden
-        self.tile = tile_rows(self.hidden)
+        self.tile = cell_tile(self.hidden)
 
     def __call__(self, ids: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """ids (batch,) -> logits (batch, vocab) and the next state."""
-        rows, tile = ids.shape[0], self.tile
-        pad = -rows % tile  # (padding rows start from id 0 and a zero state; they are dropped)
         h, c = state
-        if pad:
-            ids = nn.functional.pad(ids, (0, pad))
-            h, c = nn.functional.pad(h, (0, 0, 0, pad)), nn.functional.pad(c, (0, 0, 0, pad))
         hs, cs = [], []
         x = None
-        for k in range(len(self.recurrent)):
-            if k == 0:
-                gates = tiled_addmm(self.table[ids], h[0], self.recurrent[0], tile)
-            else:
-                gates = tiled_addmm(tiled_addmm(self.bias[k], x, self.weight[k], tile), h[k], self.recurrent[k], tile)
-            x, cell = lstm_cell(gates, c[k], self.hidden, tile)
-            hs.append(x[:rows])
-            cs.append(cell[:rows])
-        return tiled_addmm(self.head_bias, x, self.head_weight, tile)[:rows], (torch.stack(hs), torch.stack(cs))
+        for k, recurrent in enumerate(self.recurrent):
+            into = self.table[ids] if k == 0 else self.inputs[k](x)
+            x, cell = lstm_cell(recurrent(h[k]) + into, c[k], self.hidden, self.tile)
+            hs.append(x)
+            cs.append(cell)
+        return self.head(x), (torch.stack(hs), torch.stack(cs))
 
 
 def lstm_cell(gates: torch.Tensor, c: torch.Tensor, n: int, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The new (h, c) from gates (rows, 4n) in PyTorch's order (input, forget, cell, output),
-    in pieces of whole tiles below ELEMENTWISE_GRAIN elements."""
+    on whole tiles of rows (padded), in pieces below ELEMENTWISE_GRAIN elements."""
+    rows = gates.shape[0]
+    if pad := -rows % tile:
+        gates, c = nn.functional.pad(gates, (0, 0, 0, pad)), nn.functional.pad(c, (0, 0, 0, pad))
     piece = max(tile, (ELEMENTWISE_GRAIN - 1) // (2 * n) // tile * tile)
     hs, cs = [], []
     for lo in range(0, gates.shape[0], piece):
@@ -168,9 +184,8 @@ def lstm_cell(gates: torch.Tensor, c: torch.Tensor, n: int, tile: int) -> tuple[
         cell = i_f[:, n:] * c[lo : lo + piece] + i_f[:, :n] * torch.tanh(g[:, 2 * n : 3 * n])
         hs.append(torch.sigmoid(g[:, 3 * n :]) * torch.tanh(cell))
         cs.append(cell)
-    if len(hs) == 1:
-        return hs[0], cs[0]
-    return torch.cat(hs), torch.cat(cs)
+    h, cell = (hs[0], cs[0]) if len(hs) == 1 else (torch.cat(hs), torch.cat(cs))
+    return h[:rows], cell[:rows]
 
 
 def detach_state(state: State) -> State:

@@ -15,7 +15,7 @@ import torch
 import chargen
 from chargen import ChargenError
 from chargen.batching import Generation, SharedLoop
-from chargen.model import CharLSTM, ModelConfig, tile_rows
+from chargen.model import CharLSTM, ModelConfig, cell_tile
 from chargen.sample import DEFAULTS, SamplingOptions
 from chargen.serving import Service
 from conftest import shelf_of_models
@@ -95,13 +95,13 @@ def test_each_text_is_the_text_it_draws_alone_whatever_joins_or_leaves(model):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(("hidden", "layers"), [(24, 2), (37, 2), (50, 1), (128, 3), (512, 1), (1024, 1)])
 def test_a_row_computes_the_same_in_any_batch(hidden, layers, threads):
-    """The lean step's tiles: a row's logits and state are bit for bit the same alone and at
-    any place in batches of any size, for the served sizes and for hidden sizes whose tiles
-    need more rows, on one thread and on several."""
+    """The lean step: a row's logits and state are bit for bit the same alone and at any
+    place in batches of any size, for the served sizes and for hidden sizes whose cells need
+    tiles of several rows, on one thread and on several."""
     torch.manual_seed(hidden)
     net = CharLSTM(ModelConfig(vocab_size=70, embedding=16, hidden=hidden, layers=layers)).eval()
     step = net.stepper()
-    assert step.tile == tile_rows(hidden) and step.tile % 8 == 0
+    assert step.tile == cell_tile(hidden) and (step.tile * hidden) % 32 == 0
     rows, was = 70, torch.get_num_threads()
     ids = torch.randint(0, 70, (rows,))
     state = tuple(torch.randn(layers, rows, hidden) for _ in range(2))
