@@ -230,3 +230,18 @@ def test_the_device_models_generate_on_is_checked_at_start(tmp_path):
     done = subprocess.run([sys.executable, str(app), "--device", "cuda", "--port", "1"], capture_output=True,
                           text=True, timeout=120, env=env)
     assert done.returncode == 2 and "no CUDA GPU" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_continue_stays_with_the_model_the_text_was_started_on(service):
+    """A model reloaded under the same name (a run still writing checkpoints) does not
+    change a text midway: Continue goes on with the weights, and in the sampling loop, that
+    the text was started with."""
+    *_, (_, writing) = generate(service, length=20)
+    started = writing.model
+    weights = service.shelf.folders()["shakespeare"] / "model.safetensors"
+    stamp = weights.stat().st_mtime
+    os.utime(weights, (stamp + 7, stamp + 7))
+    assert service.shelf.get("shakespeare") is not started
+    stream = service.continue_(writing, "shakespeare", 10, 1.0, 0, 1.0)
+    assert stream.loop is service.loop(started)
+    assert len(text_of(stream)) == len("the ") + 30
