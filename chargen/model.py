@@ -115,7 +115,9 @@ class RowProduct:
         self.packed = packed_for_rows(weight, bias)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None:
+        # (Under a caller's autocast, or on a lower-precision state, torch's own product
+        # takes the precision: the packed weights are float32 only.)
+        if self.packed is not None and x.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return x @ self.weight_t if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
 
