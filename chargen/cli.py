@@ -288,11 +288,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     # Under torchrun: join the process group; each rank takes its own GPU where there are GPUs.
     ranks, device = from_environment(config.device)
+    result = None
     try:
         result = train(corpus, run_dir, model_config, replace(config, device=device), resume=args.resume,
                        force=args.force, log=log, progress_bar=not args.quiet, ranks=ranks)
     finally:
-        leave()
+        leave(finished=result is not None)
     return {"done": 0, "time": 0, "interrupted": 130}[result.stopped]
 
 
