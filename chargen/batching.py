@@ -150,11 +150,11 @@ class SharedLoop:
 
     def submit(self, generation: Generation) -> Generation:
         """Queue ``generation`` to join at the next tick; a ChargenError if the loop is full.
-        Its sampler should have been started (``Sampler.start``, the prime fed) by the
-        caller, off this loop's thread: else the loop does it."""
+        Its prime is fed here, on the caller's thread, not on the loop's time."""
         if generation.rows > self.max_rows:
             raise ChargenError(f"{generation.rows} samples at once is more than this server steps "
                                f"({self.max_rows}); ask for fewer")
+        generation.sampler.start()
         with self._lock:
             if self._closed:
                 raise ChargenError("The server is shutting down; try again in a minute.")
@@ -245,8 +245,6 @@ class SharedLoop:
     @torch.inference_mode()
     def _tick(self, running: list[Generation]) -> None:
         samplers = [g.sampler for g in running]
-        for s in samplers:
-            s.start()
         if len(samplers) == 1:
             pending, state = samplers[0].pending, samplers[0].state
         else:

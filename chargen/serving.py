@@ -202,8 +202,7 @@ class TextStream:
     def _begin(self) -> Generation:
         generation = self.writing.begin(self.options, self.first)
         try:
-            generation.sampler.start()  # the prime, fed here: not on the loop's time
-            return self.loop.submit(generation)
+            return self.loop.submit(generation)  # (which feeds the prime, on this thread)
         except BaseException:
             generation.end("cancelled")
             raise
