@@ -13,6 +13,7 @@ decision that changes the plan (stop, refit to --max-time) from the same agreed 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,6 +97,7 @@ class Ranks:
 
 SINGLE = Ranks()
 BACKENDS = ("nccl", "gloo")
+SETTLE_SECONDS = 0.1  # the GIL left free after leaving, for gloo's workers (see leave)
 
 
 def from_environment(device: str = "auto") -> tuple[Ranks, str]:
@@ -132,10 +134,17 @@ def from_environment(device: str = "auto") -> tuple[Ranks, str]:
 
 
 def leave(finished: bool = False) -> None:
-    """Leave the process group. After a run every rank finished, a barrier first: a rank
-    whose peer has already torn its gloo connections down could abort at exit
-    ("terminate called without an active exception"), seen about once in tens of runs."""
+    """Leave the process group, so that the process can exit cleanly.
+
+    gloo's worker threads let go of a collective's tensors only after the caller has its
+    result, and letting go takes the GIL. A worker that reaches for it once the interpreter
+    has begun to shut down aborts the process ("terminate called without an active
+    exception"; the last collective before exit, in about 1 run in 10 of a script whose
+    last call was an all_gather). So after a finished run the ranks first meet at a barrier
+    (its wait leaves the GIL free), and after leaving, the GIL stays free a moment more for
+    any worker still letting go."""
     if dist.is_initialized():
         if finished:
             dist.barrier()
         dist.destroy_process_group()
+        time.sleep(SETTLE_SECONDS)

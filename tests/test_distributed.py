@@ -80,7 +80,7 @@ SCRIPT = textwrap.dedent("""
     every = [torch.empty_like(flat) for _ in range(ranks.world)]
     dist.all_gather(every, flat)
     spread = max((w - flat).abs().max().item() for w in every)
-    leave()
+    leave(finished=True)
     report = {{"rank": ranks.rank, "step": result.step, "stopped": result.stopped, "spread": spread}}
     with open({run!r} + f"-rank{{ranks.rank}}.json", "w") as f:
         json.dump(report, f)
