@@ -68,16 +68,21 @@ class ValidationPlan:
 
 
 def plan_validation(allowance: float, steps_left: int, eval_every: int, whole: int, cost: ValidationCost,
-                    sample: int | None = None) -> ValidationPlan:
+                    sample: int | None = None, whole_only: bool = False) -> ValidationPlan:
     """The validations of the rest of a run within ``allowance`` seconds, the final whole
     one included: every ``eval_every`` steps on the whole text if that fits; else on a
     sample (``sample``, once a run has one: the curve then compares like with like; or as
     big as fits, but at least MIN_SAMPLE targets), spaced out further if even that does not
-    fit, and none before the end if not even one does."""
+    fit, and none before the end if not even one does. ``whole_only`` (--patience, which
+    compares each validation with the best) spaces out whole ones instead of sampling."""
     allowance -= cost.seconds(whole)  # the final validation: always the whole text
     count = steps_left // eval_every  # validations before the end
     if sample is None and (count == 0 or allowance >= count * cost.seconds(whole)):
         return ValidationPlan(eval_every)
+    if whole_only:
+        if allowance < cost.seconds(whole):
+            return ValidationPlan(END_ONLY)
+        return ValidationPlan(max(eval_every, math.ceil(steps_left * cost.seconds(whole) / allowance)))
     if sample is None:
         fits = int((allowance / max(1, count) - cost.fixed) / cost.per_target) if cost.per_target > 0 else whole
         sample = min(whole, max(fits, MIN_SAMPLE))

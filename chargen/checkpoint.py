@@ -223,6 +223,8 @@ class Progress:
     total_steps: int = 0  # the plan, after fitting it to --max-time
     requested_steps: int = 0  # the plan as asked for by --steps / --epochs
     best_val_loss: float | None = None
+    best_step: int | None = None  # where best_val_loss was reached (best.safetensors)
+    since_best: int = 0  # whole-text validations since then that did no better (--patience)
     last_val_loss: float | None = None
     chars_seen: int = 0
     train_seconds: float = 0.0

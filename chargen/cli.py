@@ -179,6 +179,9 @@ def add_training_options(t: argparse.ArgumentParser) -> None:
     opt.add_argument("--eval-every", type=positive_int,
                      help=f"steps between validations and checkpoints (default {d['eval_every']}; with --max-time, "
                      "spaced out where validating this often would take more than 5%% of the time)")
+    opt.add_argument("--patience", type=positive_int, metavar="K",
+                     help="stop early after K validations on the whole validation text without a better loss; "
+                     "the best weights stay in best.safetensors (default: run the whole plan)")
     opt.add_argument("--log-every", type=positive_int, help=f"steps between log lines (default {d['log_every']})")
     opt.add_argument("--sample-chars", type=int, help=f"length of the sample printed at each validation "
                      f"(default {d['sample_chars']}; 0 for none)")
@@ -294,7 +297,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                        force=args.force, log=log, progress_bar=not args.quiet, ranks=ranks)
     finally:
         leave(finished=result is not None)
-    return {"done": 0, "time": 0, "interrupted": 130}[result.stopped]
+    return {"done": 0, "time": 0, "interrupted": 130, "patience": 0}[result.stopped]
 
 
 def cmd_sample(args: argparse.Namespace) -> int:

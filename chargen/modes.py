@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 ModeName = Literal["stream", "lines"]
-StopReason = Literal["done", "time", "interrupted"]  # the plan ran out; --max-time; Ctrl-C or Stop
+StopReason = Literal["done", "time", "interrupted", "patience"]  # the plan ran out; --max-time; Ctrl-C or Stop;
+# --patience validations without a better loss
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,8 @@ PRESETS: dict[str, ModelConfig | None] = {  # model sizes for the Train tab; dro
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
 BUSY = "This text is still being generated; wait for it or press Stop."
 LEAVING_SECONDS = 10.0  # the most a stopped generation may take to leave the loop (one step)
-STOPPED = {"done": "finished", "time": "reached its time budget", "interrupted": "stopped"}
+STOPPED = {"done": "finished", "time": "reached its time budget", "interrupted": "stopped",
+           "patience": "stopped early (no better validation loss)"}
 
 
 # --- the models on offer ------------------------------------------------------------------
@@ -189,7 +190,8 @@ def clamp(value: float | None, low: float, high: float, default: float) -> float
 
 class TextStream:
     """The session's text as it grows, drawn in the model's shared loop: once the first
-    character is in, then at most every NOTIFY_EVERY seconds, and whole at the end, as
+    character is in, then every NOTIFY_EVERY seconds or less often (when many texts share
+    the loop: UPDATES_PER_SECOND), and whole at the end, as
     ``(text, writing)``. Iterate it in a thread, or with ``async for`` (the app: no thread is
     held while a text waits for its next characters). Closing it early (Stop, or the page
     gone) takes the text out of the loop at its next step; its sampler keeps the state."""

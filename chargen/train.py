@@ -67,6 +67,7 @@ class TrainConfig:
     steps: int | None = None
     max_time: float | None = None  # seconds for this invocation; the plan shrinks to fit
     eval_every: int = 250
+    patience: int | None = None  # stop after this many whole-text validations without a better loss
     log_every: int = 10
     sample_chars: int = 200
     seed: int = 1234
@@ -98,6 +99,8 @@ class TrainConfig:
             raise ChargenError(f"--sample-chars must be 0 to {MAX_SAMPLE_CHARS:,}, not {self.sample_chars}")
         if not 0 <= self.seed <= MAX_SEED:
             raise ChargenError(f"--seed must be 0 to {MAX_SEED:,}, not {self.seed}")
+        if self.patience is not None and self.patience < 1:
+            raise ChargenError(f"--patience must be 1 or more, not {self.patience}")
         if self.warmup_steps < 0:
             raise ChargenError(f"--warmup-steps must be 0 or more, not {self.warmup_steps}")
         self.scaling(1)  # validates the reference and the scheme
@@ -477,6 +480,10 @@ class Trainer:
             self.log(format_schedule(self.scaling.describe(config.batch_size, feed.steps_per_epoch, self.schedule)))
         if self.schedule.warmup_steps < round(self.scaling.warmup_epochs(config.batch_size) * feed.steps_per_epoch):
             self.log(f"warmup cut to {self.schedule.warmup_steps:,} steps: half of this short plan")
+        if config.patience is not None:
+            so_far = f" ({progress.since_best} so far)" if progress.since_best else ""
+            self.log(f"early stop: after {config.patience} validations on the whole validation text without a better "
+                     f"loss{so_far}")
 
     # --- the loop ------------------------------------------------------------------------
     def fit(self, stop: threading.Event | None = None) -> TrainResult:
@@ -492,7 +499,7 @@ class Trainer:
                         disable=not self.progress_bar, file=sys.stderr,
                         mininterval=0.5 if sys.stderr.isatty() else 30)
         self.model.train()
-        saved_at = -1
+        saved_at, early = -1, None
         with StopSignals(self.log, stop) as signals, self.bar:
             policy = StopPolicy(signals, budget, self.ranks, self.device)
             while progress.step < progress.total_steps and not policy.asked:
@@ -524,10 +531,17 @@ class Trainer:
                         self.recover("validation loss")
                         continue
                     saved_at = progress.step
+                    if self.out_of_patience() and not at_end:
+                        early = "patience"
+                        break
                 # stop
                 if policy.should_stop(at_log_step=progress.step % config.log_every == 0):
                     break
-        return self.finish(policy.reason, saved_at)
+        return self.finish(early or policy.reason, saved_at)
+
+    def out_of_patience(self) -> bool:
+        patience = self.config.patience
+        return patience is not None and self.state.progress.since_best >= patience
 
     def set_lr(self, batch: Batch) -> float:
         # A shorter chunk (variable BPTT, or the last of an epoch) gets a proportionally
@@ -582,7 +596,7 @@ class Trainer:
         total, plan = progress.total_steps, self.val_plan
         for _ in range(2):  # the validations depend on the steps left, and the steps on them
             plan = plan_validation(budget.validation_allowance(), max(0, total - progress.step), config.eval_every,
-                                   whole, cost, self.val_plan.sample)
+                                   whole, cost, self.val_plan.sample, whole_only=config.patience is not None)
             during = cost.seconds(whole if plan.sample is None else plan.sample)
             total = fit_to_time(progress.requested_steps, progress.step, budget.seconds_left(), step_seconds, during,
                                 plan.every, cost.seconds(whole))
@@ -628,11 +642,17 @@ class Trainer:
         if saved_at != progress.step:
             self.save()
         best = "n/a" if progress.best_val_loss is None else f"{progress.best_val_loss / LN2:.4f}"
-        verb = "finished" if stopped == "done" else f"stopped ({stopped})"
         spent = "" if self.config.max_time is None else \
             f"; validation took {self.budget.val_seconds:.1f} s ({self.budget.val_seconds / self.config.max_time:.1%})"
-        self.log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}{spent}; "
-                 f"checkpoint in {self.run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
+        if stopped == "patience":
+            at = "" if progress.best_step is None else f" at step {progress.best_step:,}"  # (older runs lack it)
+            self.log(f"stopped early at step {progress.step:,} of {progress.total_steps:,}: no better validation loss "
+                     f"in {progress.since_best} validations; best val bpc {best}{at}, "
+                     f"kept in {self.run_dir / checkpoint.BEST} (what sample, eval and export use){spent}")
+        else:
+            verb = "finished" if stopped == "done" else f"stopped ({stopped})"
+            self.log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}{spent}; "
+                     f"checkpoint in {self.run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
         return TrainResult(self.run_dir, progress.step, progress.total_steps, self.epoch(), progress.best_val_loss,
                            progress.last_val_loss, stopped, self.history, self.model.eval())
 
@@ -667,8 +687,9 @@ class Trainer:
         is_best = whole and (progress.best_val_loss is None or val_loss < progress.best_val_loss)
         if whole:
             self.whole_validated_at = progress.step
+            progress.since_best = 0 if is_best else progress.since_best + 1
         if is_best:
-            progress.best_val_loss = val_loss
+            progress.best_val_loss, progress.best_step = val_loss, progress.step
             if self.ranks.main:
                 checkpoint.save_tensors(self.run_dir / checkpoint.BEST, self.model.state_dict(),
                                         {"step": progress.step})
@@ -765,4 +786,5 @@ def summary(progress: Progress) -> dict:
         "validation_seconds": round(progress.val_seconds, 2),
         "best_val_loss": best,
         "best_val_bpc": None if best is None else best / LN2,
+        "best_step": progress.best_step,
     }

@@ -43,6 +43,16 @@ def test_fewer_validations_when_even_the_smallest_sample_does_not_fit():
     assert plan_validation(10.5, 1000, 10, 100_000, cost).every > 1000  # none fits: at the end only
 
 
+def test_patience_spaces_out_whole_validations_instead_of_sampling():
+    """--patience compares each validation with the best, so every one is on the whole text."""
+    cost = ValidationCost(per_target=1e-5, fixed=0.1)  # whole: 1.1 s; 10 validations + the final
+    assert plan_validation(6.0, 1000, 100, 100_000, cost).sample is not None
+    plan = plan_validation(6.0, 1000, 100, 100_000, cost, whole_only=True)
+    assert plan.sample is None and plan.every > 100
+    assert planned_seconds(plan, 1000, 100_000, cost) <= 6.0
+    assert plan_validation(100.0, 1000, 100, 100_000, cost, whole_only=True) == ValidationPlan(100)  # all fit
+
+
 def test_a_run_keeps_its_sample():
     cost = ValidationCost(per_target=1e-5, fixed=0.0)
     plan = plan_validation(3.0, 500, 50, 200_000, cost, sample=12_345)
@@ -51,12 +61,14 @@ def test_a_run_keeps_its_sample():
 
 @settings(max_examples=300, deadline=None)
 @given(allowance=st.floats(0.0, 1000.0), steps_left=st.integers(0, 100_000), eval_every=st.integers(1, 5000),
-       whole=st.integers(2, 10_000_000), per_target=st.floats(1e-9, 1e-3), fixed=st.floats(0.0, 5.0))
+       whole=st.integers(2, 10_000_000), per_target=st.floats(1e-9, 1e-3), fixed=st.floats(0.0, 5.0),
+       whole_only=st.booleans())
 def test_the_plan_keeps_within_the_allowance_whenever_the_final_validation_does(allowance, steps_left, eval_every,
-                                                                                whole, per_target, fixed):
+                                                                                whole, per_target, fixed, whole_only):
     cost = ValidationCost(per_target, fixed)
-    plan = plan_validation(allowance, steps_left, eval_every, whole, cost)
+    plan = plan_validation(allowance, steps_left, eval_every, whole, cost, whole_only=whole_only)
     assert plan.every >= eval_every and (plan.sample is None or 1 <= plan.sample <= whole)
+    assert plan.sample is None or not whole_only
     if cost.seconds(whole) <= allowance:  # the final whole validation is never given up
         assert planned_seconds(plan, steps_left, whole, cost) <= allowance * (1 + 1e-9) + 1e-12
 
@@ -127,7 +139,7 @@ def test_a_plan_of_no_more_validations_holds_whenever_the_last_one_was(tmp_path,
     the end, however the plan grows at later refits."""
     calls, during, real_plan = [], [], plan_validation
 
-    def plan(allowance, steps_left, eval_every, whole, cost, sample=None):
+    def plan(allowance, steps_left, eval_every, whole, cost, sample=None, whole_only=False):
         calls.append(steps_left)
         if len(calls) <= 2:
             return ValidationPlan(4, 3000)
