@@ -39,7 +39,11 @@ from .errors import ChargenError
 from .model import LeanStep
 from .sample import Sampler, SamplingOptions, pick, row_options
 
+LOOP_THREADS = max(1, torch.get_num_threads() // 2)  # intra-op threads of a sampling loop (see _run)
 NOTIFY_EVERY = 0.05  # seconds between a generation's updates (the first and the last are at once)
+# ...and fewer as more texts share the loop: each update costs the web server a message, and
+# its thread takes the GIL the loop needs, so a loop's updates are held to about this many a second.
+UPDATES_PER_SECOND = 100
 
 
 @dataclass(eq=False)
@@ -195,6 +199,11 @@ class SharedLoop:
             thread.join(timeout)
 
     def _run(self) -> None:
+        # Torch's thread count is per thread, and a new thread's team of intra-op threads
+        # costs more than it gives at sampling's small products: on 2 cores one such thread
+        # drew 1 row twice as fast with one intra-op thread as with two, 8 rows too. The
+        # loop takes half the cores; the web server and the clients' streams keep the rest.
+        torch.set_num_threads(LOOP_THREADS)
         try:
             while (running := self._admit()) is not None:
                 try:
@@ -245,22 +254,24 @@ class SharedLoop:
     @torch.inference_mode()
     def _tick(self, running: list[Generation]) -> None:
         samplers = [g.sampler for g in running]
-        if len(samplers) == 1:
-            pending, state = samplers[0].pending, samplers[0].state
+        if len(samplers) == 1:  # (alone: no joining)
+            pending, state, options, race = samplers[0].pending, samplers[0].state, running[0].per_row, None
         else:
             pending = torch.cat([s.pending for s in samplers])
             state = (torch.cat([s.state[0] for s in samplers], 1), torch.cat([s.state[1] for s in samplers], 1))
+            options = [torch.cat(parts) for parts in zip(*(g.per_row for g in running), strict=True)]
+            race = torch.cat([s.race() for s in samplers])
         logits, (h, c) = self.step(pending, state)
         logits = logits.index_fill(-1, samplers[0].banned, float("-inf"))  # (one model: one mode)
-        options = [torch.cat(parts) for parts in zip(*(g.per_row for g in running), strict=True)]
-        ids = pick(logits, *options, torch.cat([s.race() for s in samplers]))
+        ids = pick(logits, *options, samplers[0].race() if race is None else race)
         now, start = time.perf_counter(), 0
+        every = max(NOTIFY_EVERY, len(running) / UPDATES_PER_SECOND)
         for g in running:
             end = start + g.rows
             g.sampler.state = (h[:, start:end], c[:, start:end])
             g.sampler.take(ids[start:end])
             g.steps += 1
             start = end
-            if g.steps == 1 or g.complete or now - g._notified >= NOTIFY_EVERY:
+            if g.steps == 1 or g.complete or now - g._notified >= every:
                 g.notify()
         self.ticks += 1
