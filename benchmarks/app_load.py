@@ -59,7 +59,8 @@ async def one_user(http, url: str, model: str, length: int, seed: int, timeout: 
         async with asyncio.timeout(timeout):
             answer = await http.post(f"{url}gradio_api/call/generate",
                                      json={"data": [model, "", length, 0.8, 0, 1.0, seed, 1]})
-            answer.raise_for_status()
+            if answer.status_code >= 400:  # (Gradio's queue turns a request away here, with a 503)
+                return turned_away(answer.text)
             event_id, event = answer.json()["event_id"], None
             async with http.stream("GET", f"{url}gradio_api/call/generate/{event_id}") as events:
                 async for line in events.aiter_lines():
@@ -71,9 +72,7 @@ async def one_user(http, url: str, model: str, length: int, seed: int, timeout: 
                         if first is None and text:
                             first = time.perf_counter() - start
                     elif line.startswith("data: ") and event == "error":
-                        message = line[6:]
-                        return {"outcome": "refused" if "busy" in message.lower() or "full" in message.lower()
-                                else f"error: {message[:80]}"}
+                        return turned_away(line[6:])
                     if event == "complete" and line.startswith("data: "):
                         break
     except TimeoutError:
@@ -84,6 +83,12 @@ async def one_user(http, url: str, model: str, length: int, seed: int, timeout: 
     first = first or total
     return {"outcome": "completed", "first": first, "total": total,
             "chars_per_s": len(text) / max(1e-9, total - first), "chars": len(text)}
+
+
+def turned_away(message: str) -> dict:
+    """A refusal with a message (the server is busy, or its queue full), or another error."""
+    refused = "busy" in message.lower() or "full" in message.lower()
+    return {"outcome": "refused" if refused else f"error: {message[:80]}", "message": message[:200]}
 
 
 async def all_users(url: str, model: str, users: int, length: int, timeout: float) -> list[dict]:
@@ -112,6 +117,9 @@ def load_round(url: str, server_pid: int, users: int, length: int, timeout: floa
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
     row = {"users": users, "length": length, "wall": wall, "outcomes": outcomes,
            "hung": outcomes.get("timed out", 0), "memory_before": before, "memory_after": resident_mb(server_pid)}
+    refusals = [r["message"] for r in results if r["outcome"] == "refused"]
+    if refusals:
+        row["refusal"] = refusals[0]
     if done:
         firsts, speeds = [r["first"] for r in done], [r["chars_per_s"] for r in done]
         row.update(first_p50=percentile(firsts, 50), first_p95=percentile(firsts, 95),
