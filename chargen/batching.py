@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import itertools
 import threading
 import time
 import weakref
@@ -133,6 +134,31 @@ def _resolve(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
+class Rows:
+    """The running generations' rows joined into one batch: pending ids, LSTM state, options
+    and a buffer for the random draws. Kept from tick to tick while no generation joins or
+    leaves, so a tick does not join and split every row's state again; ``write_back`` gives
+    each sampler its rows before the batch changes."""
+
+    def __init__(self, members: list[Generation]) -> None:
+        self.members = members
+        samplers = [g.sampler for g in members]
+        ends = list(itertools.accumulate(g.rows for g in members))
+        self.spans = list(zip([0, *ends[:-1]], ends, strict=True))
+        if len(samplers) == 1:  # (alone: nothing to join)
+            self.pending, self.state, self.options = samplers[0].pending, samplers[0].state, members[0].per_row
+        else:
+            self.pending = torch.cat([s.pending for s in samplers])
+            self.state = (torch.cat([s.state[0] for s in samplers], 1), torch.cat([s.state[1] for s in samplers], 1))
+            self.options = [torch.cat(parts) for parts in zip(*(g.per_row for g in members), strict=True)]
+        self.race = torch.empty(ends[-1], samplers[0].vocab_size, dtype=torch.float64, device=samplers[0].device)
+
+    def write_back(self) -> None:
+        for g, (start, end) in zip(self.members, self.spans, strict=True):
+            g.sampler.pending = self.pending[start:end]
+            g.sampler.state = (self.state[0][:, start:end], self.state[1][:, start:end])
+
+
 class SharedLoop:
     """The loop of one model: ``submit`` a generation; it is stepped with all the others."""
 
@@ -143,6 +169,7 @@ class SharedLoop:
         self._lock = threading.Condition()  # (over an RLock: _leave takes it inside _admit)
         self._waiting: deque[Generation] = deque()
         self._running: list[Generation] = []
+        self._rows: Rows | None = None  # the batch of the last tick (the loop's thread only)
         self._thread: threading.Thread | None = None
         self._closed = False
         self.ticks = 0
@@ -222,6 +249,9 @@ class SharedLoop:
         """Take ``generations`` out of the loop. Their samplers keep copies of their rows'
         state (not views of the batch's, which would keep the whole batch in memory)."""
         with self._lock:
+            if self._rows is not None:  # (every sampler gets its rows before any leaves)
+                self._rows.write_back()
+                self._rows = None
             for g in generations:
                 if g in self._running:
                     self._running.remove(g)
@@ -253,25 +283,22 @@ class SharedLoop:
 
     @torch.inference_mode()
     def _tick(self, running: list[Generation]) -> None:
-        samplers = [g.sampler for g in running]
-        if len(samplers) == 1:  # (alone: no joining)
-            pending, state, options, race = samplers[0].pending, samplers[0].state, running[0].per_row, None
-        else:
-            pending = torch.cat([s.pending for s in samplers])
-            state = (torch.cat([s.state[0] for s in samplers], 1), torch.cat([s.state[1] for s in samplers], 1))
-            options = [torch.cat(parts) for parts in zip(*(g.per_row for g in running), strict=True)]
-            race = torch.cat([s.race() for s in samplers])
-        logits, (h, c) = self.step(pending, state)
-        logits = logits.index_fill(-1, samplers[0].banned, float("-inf"))  # (one model: one mode)
-        ids = pick(logits, *options, samplers[0].race() if race is None else race)
-        now, start = time.perf_counter(), 0
+        rows = self._rows
+        if rows is None or rows.members != running:  # a generation joined (one that left wrote back)
+            if rows is not None:
+                rows.write_back()
+            rows = self._rows = Rows(running)
+        logits, rows.state = self.step(rows.pending, rows.state)
+        logits = logits.index_fill(-1, running[0].sampler.banned, float("-inf"))  # (one model: one mode)
+        for g, (start, end) in zip(running, rows.spans, strict=True):
+            g.sampler.race_into(rows.race[start:end])
+        rows.pending = pick(logits, *rows.options, rows.race)
+        drawn = rows.pending.tolist()
+        now = time.perf_counter()
         every = max(NOTIFY_EVERY, len(running) / UPDATES_PER_SECOND)
-        for g in running:
-            end = start + g.rows
-            g.sampler.state = (h[:, start:end], c[:, start:end])
-            g.sampler.take(ids[start:end])
+        for g, (start, end) in zip(running, rows.spans, strict=True):
+            g.sampler.append(drawn[start:end])
             g.steps += 1
-            start = end
             if g.steps == 1 or g.complete or now - g._notified >= every:
                 g.notify()
         self.ticks += 1

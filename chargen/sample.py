@@ -170,6 +170,7 @@ class Sampler:
         self._drawn: list[list[str]] = [[] for _ in range(num_samples)]
         self.ended = [False] * num_samples
         self._chars = [""] * len(SPECIALS) + tokenizer.chars
+        self.vocab_size = len(self._chars)
         self.device = model.head.weight.device
         self._generator = make_generator(seed, self.device)
         banned = (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
@@ -203,14 +204,23 @@ class Sampler:
 
     def race(self) -> torch.Tensor:
         """This step's random draws for every sample (see ``pick``)."""
-        return draw_race(self.num_samples, len(self._chars), self._generator)
+        return draw_race(self.num_samples, self.vocab_size, self._generator)
+
+    def race_into(self, out: torch.Tensor) -> None:
+        """``race`` written into ``out`` (num_samples, vocab; contiguous, float64): the same
+        numbers, where a batch keeps one buffer for all its rows."""
+        out.exponential_(generator=self._generator)
 
     def take(self, ids: torch.Tensor) -> list[str]:
         """The ids drawn at this step (num_samples,): the next pending ids, and the new
         character of every sample ("" for an item that has ended)."""
         self.pending = ids
+        return self.append(ids.tolist())
+
+    def append(self, ids: list[int]) -> list[str]:
+        """``take`` without the pending ids (a batch keeps them): each sample's new character."""
         out = []
-        for j, i in enumerate(ids.tolist()):
+        for j, i in enumerate(ids):
             self.ended[j] = self.ended[j] or (self.items and i == EOS_ID)
             piece = "" if self.ended[j] else self._chars[i]
             self._drawn[j].append(piece)
