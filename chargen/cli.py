@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from . import __version__, checkpoint
 from .corpus import MAX_VAL_CHARS, load_corpus
@@ -21,6 +22,9 @@ from .sample import DEFAULTS as SAMPLING
 from .schedule import DECAYS, SCALINGS
 from .textfile import ERROR_POLICIES
 from .train import DEFAULT_EPOCHS, MAX_SEED, TrainConfig
+
+if TYPE_CHECKING:
+    from .api import TrainedModel
 
 BIG_FILE_BYTES = 64 * 2**20  # reading a file this big takes long enough to say so
 MODEL_FLAGS = ("embedding", "hidden", "layers", "dropout")
@@ -214,6 +218,9 @@ def add_sample(commands: argparse._SubParsersAction) -> None:
     s.add_argument("--weights", choices=("best", "latest"), default="best",
                    help="best by validation (default) or the latest checkpoint")
     s.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
+    s.add_argument("--output", metavar="FILE",
+                   help="write the samples to FILE, in UTF-8 (default: stdout, where a character its "
+                   "encoding cannot show is written as '?')")
 
 
 def add_eval(commands: argparse._SubParsersAction) -> None:
@@ -306,8 +313,47 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
     check_sampling(args.temperature, args.top_k, args.top_p, args.length, args.num_samples or 1)
     model = load(args.run_dir, device=args.device, weights=args.weights)
+    if args.output is None:
+        return write_samples(model, args, narrow_safe_stdout("".join(model.tokenizer.chars) + args.prime))
+    target = Path(args.output)
+    if target.is_dir():
+        raise ChargenError(f"--output {target} is a folder; give a file name")
+    if target.exists() and target.resolve().parent == Path(args.run_dir).resolve():
+        raise ChargenError(f"--output {target} is a file of the run itself; choose another file")
+    if target.exists() and not target.is_file():  # a device or a pipe (/dev/stdout): written as it is
+        with open(target, "w", encoding="utf-8") as out:
+            return write_samples(model, args, out)
+    # A file is written beside itself and renamed at the end: a sample that fails or is
+    # interrupted leaves an earlier FILE as it was.
+    partial = target.with_name(target.name + ".partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
+            code = write_samples(model, args, out)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return code
+
+
+def narrow_safe_stdout(chars: str) -> TextIO:
+    """stdout, made safe for text its encoding cannot show (a Windows console's cp1252, a
+    pipe under LANG=C): such characters are written as '?', and one line says so, never a
+    UnicodeEncodeError halfway through a sample."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        chars.encode(encoding)
+    except UnicodeEncodeError:
+        print(f"chargen: stdout is {encoding}, which cannot show some of this model's characters; they are "
+              "written as '?' (--output FILE writes UTF-8)", file=sys.stderr)
+    except LookupError:
+        pass
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="replace")
+    return sys.stdout
+
+
+def write_samples(model: TrainedModel, args: argparse.Namespace, out: TextIO) -> int:
     options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    out = sys.stdout
     if model.kind.items:
         n = args.num_samples or model.kind.default_samples
         items = [args.prime + text for text in model.generate_batch(args.prime, args.length, num_samples=n, **options)]

@@ -83,10 +83,12 @@ def command(place: dict, data) -> tuple[list[str], Path | None]:
         else:
             argv += [data.draw(st.sampled_from(TRAIN_VALUE_FLAGS)), value]
     elif kind == "sample":
-        where = data.draw(st.sampled_from(["run", "flag"]))
+        where = data.draw(st.sampled_from(["run", "flag", "output"]))
         argv = ["sample", path if where == "run" else str(copy), "--length", "20"]
         if where == "flag":
             argv += [data.draw(st.sampled_from(SAMPLE_VALUE_FLAGS)), value]
+        elif where == "output":
+            argv += ["--output", path]
     elif kind == "eval":
         where = data.draw(st.sampled_from(["run", "text", "encoding"]))
         argv = ["eval", path if where == "run" else str(copy), path if where == "text" else str(place["text"])]
