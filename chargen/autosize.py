@@ -59,6 +59,7 @@ WEIGHT_DECAY = 0.01
 class Regularisation:
     dropout: float
     weight_decay: float
+    note: str = ""  # why none, where the exposure alone would call for some
 
 
 def regularisation(epochs: float, params: int, text_chars: int) -> Regularisation:
@@ -72,10 +73,19 @@ def regularisation(epochs: float, params: int, text_chars: int) -> Regularisatio
     of the text) and after about 18 for 1x256 (0.39): at an exposure of 7-10 both times.
     Dropout 0.1 lost to none where the planned exposure was 5 or less (by 0.01-0.04 nats) and
     won at 8.7 and at 14-18 (by 0.01 and 0.07); more than 0.1 is char-rnn practice for longer
-    runs, beyond what was measured."""
+    runs, beyond what was measured.
+
+    None either for a model too big for its run, one that will see fewer than
+    CHARS_PER_PARAM training characters per parameter (the size rule's line): it is far from
+    memorising anything. 2x512 at 411 s saw 0.7 and 1.2 and lost with dropout 0.1, by 0.039
+    and 0.024, at exposures of 10 and 17."""
     exposure = epochs * params / max(1, text_chars)
     if exposure < LITTLE_EXPOSURE:
         return Regularisation(0.0, 0.0)
+    seen = epochs * text_chars / max(1, params)
+    if seen < CHARS_PER_PARAM:
+        return Regularisation(0.0, 0.0, f"none: {seen:.2g} training characters per parameter, below "
+                                        f"{CHARS_PER_PARAM:g}")
     more = DROPOUT_PER_DOUBLING * max(0.0, math.log2(exposure / MEASURED_EXPOSURE))
     return Regularisation(round(min(MAX_DROPOUT, DROPOUT + more), 2), WEIGHT_DECAY)
 

@@ -14,7 +14,8 @@ stream, a text is the same, character for character, as the text the same seed g
 alone, whatever else is in the batch (tests/test_batching.py; on a CPU, where the app
 samples: on a GPU the kernels may differ by batch size, unchecked). A long text costs its
 row of the batch and nothing more: a new request's first character waits for one tick, not
-for the others to finish.
+for the others to finish. The rows are joined into one batch (``Rows``) once and kept
+from tick to tick until a generation joins or leaves.
 
 Bounds: at most ``max_rows`` rows are stepped; beyond them generations wait, first come
 first served, up to ``max_waiting``; beyond that they are refused with a message. The loop

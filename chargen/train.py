@@ -385,7 +385,8 @@ class Trainer:
                  if value is not None]
         self.sizing.append(f"regularisation for {epochs:.3g} epochs at {per_char:.2g} parameters per character of "
                            f"the text (exposure {epochs * per_char:.3g}): dropout {dropout:g}, weight decay "
-                           f"{weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else ""))
+                           f"{weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else
+                                                  f" ({fitting.note})" if fitting.note else ""))
         self.probe_seconds = time.perf_counter() - start
         return replace(model, dropout=dropout)
 

@@ -132,6 +132,15 @@ def test_regularisation_grows_with_the_exposure():
     assert regularisation(epochs, params, text * 4).dropout == 0  # the same model on a bigger text
 
 
+def test_no_regularisation_for_a_model_too_big_for_its_run():
+    """A model that will see fewer training characters per parameter than the size rule's
+    line gets none, however high its exposure; with enough epochs, it does."""
+    params, text = 4_000_000, 1_000_000  # 4 parameters per character
+    short = regularisation(3, params, text)  # exposure 12, but 0.75 characters per parameter
+    assert short == Regularisation(0.0, 0.0, short.note) and "0.75 training characters per parameter" in short.note
+    assert regularisation(16, params, text).dropout > 0  # exposure 64, 4 characters per parameter
+
+
 def test_the_probe_measures_and_leaves_the_rng_alone():
     torch.manual_seed(3)
     before = torch.rand(1)
