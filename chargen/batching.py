@@ -39,7 +39,7 @@ import torch
 
 from .errors import ChargenError
 from .model import LeanStep
-from .sample import Sampler, SamplingOptions, pick, row_options
+from .sample import Sampler, SamplingOptions, pick_prepared, prepare, row_options
 
 LOOP_THREADS = max(1, torch.get_num_threads() // 2)  # intra-op threads of a sampling loop (see _run)
 NOTIFY_EVERY = 0.05  # seconds between a generation's updates (the first and the last are at once)
@@ -146,13 +146,16 @@ class Rows:
         samplers = [g.sampler for g in members]
         ends = list(itertools.accumulate(g.rows for g in members))
         self.spans = list(zip([0, *ends[:-1]], ends, strict=True))
+        vocab = samplers[0].vocab_size
         if len(samplers) == 1:  # (alone: nothing to join)
-            self.pending, self.state, self.options = samplers[0].pending, samplers[0].state, members[0].per_row
+            self.pending, self.state = samplers[0].pending, samplers[0].state
+            self.options = prepare(*members[0].per_row, vocab)
         else:
             self.pending = torch.cat([s.pending for s in samplers])
             self.state = (torch.cat([s.state[0] for s in samplers], 1), torch.cat([s.state[1] for s in samplers], 1))
-            self.options = [torch.cat(parts) for parts in zip(*(g.per_row for g in members), strict=True)]
-        self.race = torch.empty(ends[-1], samplers[0].vocab_size, dtype=torch.float64, device=samplers[0].device)
+            self.options = prepare(*(torch.cat(parts) for parts in zip(*(g.per_row for g in members), strict=True)),
+                                   vocab)
+        self.race = torch.empty(ends[-1], vocab, dtype=torch.float64, device=samplers[0].device)
 
     def write_back(self) -> None:
         for g, (start, end) in zip(self.members, self.spans, strict=True):
@@ -293,7 +296,7 @@ class SharedLoop:
         logits = logits.index_fill(-1, running[0].sampler.banned, float("-inf"))  # (one model: one mode)
         for g, (start, end) in zip(running, rows.spans, strict=True):
             g.sampler.race_into(rows.race[start:end])
-        rows.pending = pick(logits, *rows.options, rows.race)
+        rows.pending = pick_prepared(logits, rows.options, rows.race)
         drawn = rows.pending.tolist()
         now = time.perf_counter()
         every = max(NOTIFY_EVERY, len(running) / UPDATES_PER_SECOND)

@@ -61,30 +61,54 @@ def pick(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, t
     Each row's id depends on its own logits, options and draws alone, computed by the same
     operations whatever the other rows ask for (a row that cuts nothing goes through a cut
     unchanged), so a text drawn among others is the text drawn alone."""
-    logits = logits.float()
-    tiny, largest = torch.finfo(logits.dtype).tiny, torch.finfo(logits.dtype).max
+    return pick_prepared(logits, prepare(temperature, top_k, top_p, logits.shape[-1]), race)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """``pick``'s per-row options with what they imply worked out once, by ``prepare``: a
+    text's options do not change from step to step, so a loop prepares them when its rows
+    change, not at every step."""
+
+    scale: torch.Tensor  # (rows, 1) float32: each row's temperature (1 where greedy)
+    greedy: torch.Tensor | None  # (rows,) the rows at temperature 0; None if none is
+    kth: torch.Tensor | None  # (rows, 1) where each row's k-th likeliest sits; None if no row cuts by k
+    top_p: torch.Tensor | None  # (rows, 1) float32; None if no row cuts by p
+    cut: torch.Tensor  # (rows, 1) the rows that cut by p
+
+
+def prepare(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, vocab: int) -> Prepared:
+    """The (rows,) options of ``pick`` for logits of ``vocab`` ids, prepared."""
+    tiny, largest = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
     greedy = temperature < tiny  # 0, or too small for float32 to tell from 0
-    # Shifted so the likeliest is 0, and the temperature kept within float32: no temperature,
-    # however small or large, makes an inf or a 0 x inf (and so a NaN softmax).
-    scale = torch.where(greedy, 1.0, temperature.double().clamp(max=largest)).to(logits.dtype)
-    scaled = (logits - logits.max(dim=-1, keepdim=True).values) / scale.unsqueeze(-1)
-    vocab = logits.shape[-1]
+    # The temperature kept within float32: no temperature, however small or large, makes an
+    # inf or a 0 x inf (and so a NaN softmax) of the shifted logits.
+    scale = torch.where(greedy, 1.0, temperature.double().clamp(max=largest)).float().unsqueeze(-1)
     k = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
-    if bool((k < vocab).any()):
-        kth = scaled.sort(dim=-1, descending=True).values.gather(-1, (k - 1).unsqueeze(-1))
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     cut = top_p < 1.0
-    if bool(cut.any()):
+    return Prepared(scale, greedy if bool(greedy.any()) else None,
+                    (k - 1).unsqueeze(-1) if bool((k < vocab).any()) else None,
+                    top_p.float().unsqueeze(-1) if bool(cut.any()) else None, cut.unsqueeze(-1))
+
+
+def pick_prepared(logits: torch.Tensor, options: Prepared, race: torch.Tensor) -> torch.Tensor:
+    """``pick`` with options from ``prepare``."""
+    logits = logits.float()
+    scaled = (logits - logits.max(dim=-1, keepdim=True).values) / options.scale  # (the likeliest at 0)
+    if options.kth is not None:
+        kth = scaled.sort(dim=-1, descending=True).values.gather(-1, options.kth)
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if options.top_p is not None:
         sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         # Drop a token once the ones before it already cover top_p; the top one stays.
-        drop = (probs.cumsum(dim=-1) - probs >= top_p.to(probs.dtype).unsqueeze(-1)) & cut.unsqueeze(-1)
+        drop = (probs.cumsum(dim=-1) - probs >= options.top_p) & options.cut
         drop[:, 0] = False  # (a top_p below float32's smallest number compares as 0)
         kept = sorted_logits.masked_fill(drop, float("-inf"))
         scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, kept)
     # (a draw of exactly 0 would make 0/0 for a banned id: it is kept above 0)
     drawn = (scaled.softmax(dim=-1).double() / race.clamp(min=torch.finfo(race.dtype).tiny)).argmax(dim=-1)
-    return torch.where(greedy, logits.argmax(dim=-1), drawn)
+    return drawn if options.greedy is None else torch.where(options.greedy, logits.argmax(dim=-1), drawn)
 
 
 def draw_race(rows: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
@@ -238,7 +262,7 @@ class Sampler:
 
     @torch.inference_mode()
     def _steps(self, length: int, options: SamplingOptions) -> Iterator[list[str]]:
-        per_row = row_options(options, self.num_samples, self.device)
+        prepared = prepare(*row_options(options, self.num_samples, self.device), self.vocab_size)
         for _ in range(length):
             if all(self.ended):
                 return
@@ -249,7 +273,7 @@ class Sampler:
                 logits, self.state = self.model(self.pending.unsqueeze(0), self.state)
                 logits = logits[0]
             logits = logits.index_fill(-1, self.banned, float("-inf"))
-            yield self.take(pick(logits, *per_row, self.race()))
+            yield self.take(pick_prepared(logits, prepared, self.race()))
 
 
 def sample_text(
