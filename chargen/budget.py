@@ -80,13 +80,16 @@ def plan_validation(allowance: float, steps_left: int, eval_every: int, whole: i
     if sample is None and (count == 0 or allowance >= count * cost.seconds(whole)):
         return ValidationPlan(eval_every)
     if whole_only:
-        if allowance < cost.seconds(whole):
-            return ValidationPlan(END_ONLY)
-        return ValidationPlan(max(eval_every, math.ceil(steps_left * cost.seconds(whole) / allowance)))
+        return spaced_out(allowance, steps_left, eval_every, cost.seconds(whole), None)
     if sample is None:
         fits = int((allowance / max(1, count) - cost.fixed) / cost.per_target) if cost.per_target > 0 else whole
         sample = min(whole, max(fits, MIN_SAMPLE))
-    one = cost.seconds(sample)
+    return spaced_out(allowance, steps_left, eval_every, cost.seconds(sample), sample)
+
+
+def spaced_out(allowance: float, steps_left: int, eval_every: int, one: float, sample: int | None) -> ValidationPlan:
+    """Validations of ``one`` second each, as often as ``allowance`` allows (at most every
+    ``eval_every`` steps), or none before the end if not even one fits."""
     if allowance < one:
         return ValidationPlan(END_ONLY, sample)
     return ValidationPlan(max(eval_every, math.ceil(steps_left * one / allowance)), sample)

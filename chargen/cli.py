@@ -4,6 +4,7 @@ line on stderr and exit status 2."""
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import sys
@@ -20,6 +21,7 @@ from .lines import MODES
 from .model import ModelConfig
 from .sample import DEFAULTS as SAMPLING
 from .schedule import DECAYS, SCALINGS
+from .storage import atomic_write
 from .textfile import ERROR_POLICIES
 from .train import DEFAULT_EPOCHS, MAX_SEED, TrainConfig
 
@@ -323,15 +325,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if target.exists() and not target.is_file():  # a device or a pipe (/dev/stdout): written as it is
         with open(target, "w", encoding="utf-8") as out:
             return write_samples(model, args, out)
-    # A file is written beside itself and renamed at the end: a sample that fails or is
-    # interrupted leaves an earlier FILE as it was.
-    partial = target.with_name(target.name + ".partial")
-    try:
-        with open(partial, "w", encoding="utf-8") as out:
-            code = write_samples(model, args, out)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    # Written whole at the end: a sample that fails or is interrupted leaves an earlier FILE
+    # as it was.
+    out = io.StringIO()
+    code = write_samples(model, args, out)
+    atomic_write(target, out.getvalue().encode("utf-8"), then="sample again")
     return code
 
 

@@ -228,11 +228,13 @@ class Sampler:
 
     def race(self) -> torch.Tensor:
         """This step's random draws for every sample (see ``pick``)."""
-        return draw_race(self.num_samples, self.vocab_size, self._generator)
+        out = torch.empty(self.num_samples, self.vocab_size, dtype=torch.float64, device=self.device)
+        self.race_into(out)
+        return out
 
     def race_into(self, out: torch.Tensor) -> None:
-        """``race`` written into ``out`` (num_samples, vocab; contiguous, float64): the same
-        numbers, where a batch keeps one buffer for all its rows."""
+        """``race`` written into ``out`` (num_samples, vocab; contiguous, float64), where a
+        batch keeps one buffer for all its rows: the one place a sampler draws."""
         out.exponential_(generator=self._generator)
 
     def take(self, ids: torch.Tensor) -> list[str]:

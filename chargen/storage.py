@@ -21,9 +21,10 @@ from .errors import ChargenError
 TMP_SUFFIX = ".tmp"  # atomic_write's temp files: .NAME.PID.RANDOM.tmp beside the file
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, then: str = "resume") -> None:
     """Write to a temp file in the same folder, fsync, then rename over ``path``: a reader
-    (or a crash) sees the old file or the new one, never half of one."""
+    (or a crash) sees the old file or the new one, never half of one. ``then``: what to do
+    once the disk or folder is fixed, if the write fails."""
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +48,7 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.close(dir_fd)
     except OSError as e:  # a full disk, a read-only or vanished folder: the old file stands
         raise ChargenError(f"could not write {path} ({e.strerror or e}); free some disk space or fix the "
-                           f"folder, then resume: the previous {path.name} is intact") from None
+                           f"folder, then {then}: the previous {path.name} is intact") from None
 
 
 def write_json(path: Path, obj: dict) -> None:
