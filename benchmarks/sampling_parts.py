@@ -3,7 +3,7 @@
 For the shipped Shakespeare model (1x512) it prints, best of ``--repeats``:
 - the step's products at 1 and 32 rows: oneDNN's inner product on packed weights (what the
   loop uses: a row's numbers do not depend on the batch) against MKL's ``addmm``;
-- ``pick`` (per-row options and draws) at 1 and 32 rows;
+- ``pick`` (per-row options and draws) and the whole lean step at 1 and 32 rows;
 - one sample drawn by ``Sampler`` in a new thread, with torch's default intra-op threads and
   with one (the loop's thread takes ``LOOP_THREADS``);
 - the shared loop (``SharedLoop``) stepping 1, 8, 32 and 128 texts at once: chars/s in all,
@@ -105,12 +105,20 @@ def tick_share(shipped, loop: SharedLoop, repeats: int) -> tuple[float, float]:
         sampler.start()
         generations.append(Generation(sampler, SamplingOptions(0.8, 0, 1.0, 10**9), status="running"))
     tick = best_microseconds(lambda: loop._tick(generations), repeats, n=200)
-    step, state = loop.step, generations[0].sampler.state
-    h = torch.zeros(1, 32, state[0].shape[-1])
+    h = torch.zeros(32, generations[0].sampler.state[0].shape[-1])
     with torch.inference_mode():
-        products_only = sum(best_microseconds(partial(product, h[0]), repeats, n=200)
-                            for product in (step.recurrent[0], step.head))
+        products_only = sum(best_microseconds(partial(product, h), repeats, n=200) for product in loop.step.products)
     return tick, products_only
+
+
+def lean_steps(shipped, repeats: int) -> None:
+    """The lean step alone (LeanStep: the cell and one product per layer) at 1 and 32 rows."""
+    step = shipped.model.stepper()
+    for rows in (1, 32):
+        ids = torch.zeros(rows, dtype=torch.long)
+        state = step.begin(shipped.model.initial_state(rows))
+        took = best_microseconds(partial(step, ids, state), repeats)
+        print(f"| the lean step, {rows} row{'s' * (rows > 1)} | {took:,.0f} µs | |")
 
 
 def main() -> None:
@@ -123,6 +131,7 @@ def main() -> None:
     with torch.inference_mode():
         products(shipped.model, args.repeats)
         picks(shipped.tokenizer.vocab_size, args.repeats)
+        lean_steps(shipped, args.repeats)
     default = sampler_in_a_thread(shipped, None, args.repeats)
     one = sampler_in_a_thread(shipped, 1, args.repeats)
     print(f"\none sample in a new thread: {default:,.0f} chars/s with torch's default intra-op threads, "
@@ -134,7 +143,7 @@ def main() -> None:
         print(f"| {texts} | {max(speeds):,.0f} |")
     loop.close()
     tick, products_only = tick_share(shipped, loop, args.repeats)
-    print(f"\na tick of 32 texts: {tick:,.0f} µs, of which the two products {products_only:,.0f} µs")
+    print(f"\na tick of 32 texts: {tick:,.0f} µs, of which the step's products {products_only:,.0f} µs")
 
 
 if __name__ == "__main__":

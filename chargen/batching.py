@@ -152,7 +152,7 @@ class Rows:
             self.options = prepare(*members[0].per_row, vocab)
         else:
             self.pending = torch.cat([s.pending for s in samplers])
-            self.state = (torch.cat([s.state[0] for s in samplers], 1), torch.cat([s.state[1] for s in samplers], 1))
+            self.state = tuple(torch.cat(parts, 1) for parts in zip(*(s.state for s in samplers), strict=True))
             self.options = prepare(*(torch.cat(parts) for parts in zip(*(g.per_row for g in members), strict=True)),
                                    vocab)
         self.race = torch.empty(ends[-1], vocab, dtype=torch.float64, device=samplers[0].device)
@@ -160,7 +160,7 @@ class Rows:
     def write_back(self) -> None:
         for g, (start, end) in zip(self.members, self.spans, strict=True):
             g.sampler.pending = self.pending[start:end]
-            g.sampler.state = (self.state[0][:, start:end], self.state[1][:, start:end])
+            g.sampler.state = tuple(part[:, start:end] for part in self.state)
 
 
 class SharedLoop:
@@ -189,7 +189,10 @@ class SharedLoop:
         if generation.rows > self.max_rows:
             raise ChargenError(f"{generation.rows} samples at once is more than this server steps "
                                f"({self.max_rows}); ask for fewer")
-        generation.sampler.start()
+        sampler = generation.sampler
+        sampler.start()
+        if len(sampler.state) == 2:  # (a sampler on nn.LSTM's path: the loop's step carries more)
+            sampler.state = self.step.begin(sampler.state)
         with self._lock:
             if self._closed:
                 raise ChargenError("The server is shutting down; try again in a minute.")
@@ -261,7 +264,7 @@ class SharedLoop:
                     self._running.remove(g)
                 state = g.sampler.state
                 if state is not None:
-                    g.sampler.state = (state[0].clone(), state[1].clone())
+                    g.sampler.state = tuple(part.clone() for part in state)
                 g.end(status, error)
 
     def _admit(self) -> list[Generation] | None:

@@ -11,6 +11,8 @@ from torch import nn
 from .errors import ChargenError
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (layers, batch, hidden)
+# LeanStep's state: (h, c) and each layer's recurrent part of the next step (layers, batch, 4·hidden)
+LeanState = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -142,34 +144,56 @@ class LeanStep:
     flattening, the general multi-step kernel) than in arithmetic. Here the weights are
     pulled out once: the embedding is folded into the first layer's input weights and both
     biases (a table of vocabulary x 4·hidden, so that product becomes a row lookup), and a
-    step is one or two products per layer (``RowProduct``), the gate nonlinearities
-    (``lstm_cell``) and one product for the head: a row's result does not depend on the
-    other rows. A snapshot: build a new one after the weights change."""
+    step is the gate nonlinearities (``lstm_cell``) and one product per layer
+    (``RowProduct``): a row's result does not depend on the other rows.
+
+    That one product takes a layer's new h to all it feeds: the next layer's input (the
+    head's logits after the last layer) and the layer's own recurrent part of the next step,
+    which the state carries (``LeanState``): at a few rows a product's fixed cost outweighs
+    its arithmetic, and one user's text is a row (benchmarks/README.md, "The web app under
+    load"). A snapshot: build a new one after the weights change."""
 
     @torch.inference_mode()
     def __init__(self, model: CharLSTM) -> None:
-        lstm, layers = model.lstm, model.config.layers
+        lstm, layers, n = model.lstm, model.config.layers, model.config.hidden
         weight = [getattr(lstm, f"weight_ih_l{k}").detach() for k in range(layers)]
         recurrent = [getattr(lstm, f"weight_hh_l{k}").detach() for k in range(layers)]
         bias = [getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}") for k in range(layers)]
         self.table = torch.addmm(bias[0], model.embed.weight, weight[0].t())
-        self.recurrent = [RowProduct(w, None) for w in recurrent]
-        self.inputs = [None] + [RowProduct(w, b) for w, b in zip(weight[1:], bias[1:], strict=True)]
-        self.head = RowProduct(model.head.weight.detach(), model.head.bias.detach().clone())
-        self.hidden = model.config.hidden
-        self.tile = cell_tile(self.hidden)
+        feeds = list(zip(weight[1:], bias[1:], strict=True)) + [(model.head.weight.detach(), model.head.bias.detach())]
+        no_bias = bias[0].new_zeros(4 * n)
+        self.products = [RowProduct(torch.cat([w, r]), torch.cat([b, no_bias]))
+                         for (w, b), r in zip(feeds, recurrent, strict=True)]
+        self.split = [w.shape[0] for w, _ in feeds]  # (each product: what it feeds, then the recurrent part)
+        self.hidden = n
+        self.tile = cell_tile(n)
 
-    def __call__(self, ids: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """ids (batch,) -> logits (batch, vocab) and the next state."""
+    @torch.inference_mode()
+    def begin(self, state: State) -> LeanState:
+        """(h, c) -> the lean state: with each layer's recurrent part of the next step."""
         h, c = state
-        hs, cs = [], []
-        x = None
-        for k, recurrent in enumerate(self.recurrent):
-            into = self.table[ids] if k == 0 else self.inputs[k](x)
-            x, cell = lstm_cell(recurrent(h[k]) + into, c[k], self.hidden, self.tile)
+        return h, c, torch.stack([p(h[k])[:, s:] for k, (p, s) in enumerate(zip(self.products, self.split,
+                                                                                 strict=True))])
+
+    def __call__(self, ids: torch.Tensor, state: State | LeanState) -> tuple[torch.Tensor, LeanState]:
+        """ids (batch,) -> logits (batch, vocab) and the next state; ``state`` is a
+        ``LeanState``, or an (h, c) that ``begin`` makes one of."""
+        h, c, recurrent = state if len(state) == 3 else self.begin(state)
+        hs, cs, rs = [], [], []
+        into = self.table.index_select(0, ids)
+        for k, (product, split) in enumerate(zip(self.products, self.split, strict=True)):
+            x, cell = lstm_cell(recurrent[k] + into, c[k], self.hidden, self.tile)
+            out = product(x)
+            into = out[:, :split]
             hs.append(x)
             cs.append(cell)
-        return self.head(x), (torch.stack(hs), torch.stack(cs))
+            rs.append(out[:, split:])
+        return into, (layered(hs), layered(cs), layered(rs))
+
+
+def layered(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Each layer's (rows, size) as one (layers, rows, size): a view for one layer."""
+    return parts[0].unsqueeze(0) if len(parts) == 1 else torch.stack(parts)
 
 
 def lstm_cell(gates: torch.Tensor, c: torch.Tensor, n: int, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,16 +202,29 @@ def lstm_cell(gates: torch.Tensor, c: torch.Tensor, n: int, tile: int) -> tuple[
     rows = gates.shape[0]
     if pad := -rows % tile:
         gates, c = nn.functional.pad(gates, (0, 0, 0, pad)), nn.functional.pad(c, (0, 0, 0, pad))
-    piece = max(tile, (ELEMENTWISE_GRAIN - 1) // (2 * n) // tile * tile)
-    hs, cs = [], []
-    for lo in range(0, gates.shape[0], piece):
-        g = gates[lo : lo + piece]
-        i_f = torch.sigmoid(g[:, : 2 * n])
-        cell = i_f[:, n:] * c[lo : lo + piece] + i_f[:, :n] * torch.tanh(g[:, 2 * n : 3 * n])
-        hs.append(torch.sigmoid(g[:, 3 * n :]) * torch.tanh(cell))
-        cs.append(cell)
-    h, cell = (hs[0], cs[0]) if len(hs) == 1 else (torch.cat(hs), torch.cat(cs))
-    return h[:rows], cell[:rows]
+    # One sigmoid over all four gates where a tile's gates fit in the grain (the cell gate's
+    # quarter goes unused, but at a few rows each call costs more than its arithmetic);
+    # otherwise one over each half that needs it. Fixed per model, so a row's bits are too.
+    whole = tile * 4 * n < ELEMENTWISE_GRAIN
+    piece = max(tile, (ELEMENTWISE_GRAIN - 1) // ((4 if whole else 2) * n) // tile * tile)
+    if gates.shape[0] <= piece:  # (the common case, kept free of the pieces' bookkeeping)
+        h, cell = _cell(gates, c, n, whole)
+    else:
+        parts = [_cell(gates[lo : lo + piece], c[lo : lo + piece], n, whole)
+                 for lo in range(0, gates.shape[0], piece)]
+        h, cell = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return (h[:rows], cell[:rows]) if pad else (h, cell)
+
+
+def _cell(gates: torch.Tensor, c: torch.Tensor, n: int, whole: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    if whole:
+        s = torch.sigmoid(gates)
+        i, f, o = s[:, :n], s[:, n : 2 * n], s[:, 3 * n :]
+    else:
+        i_f = torch.sigmoid(gates[:, : 2 * n])
+        i, f, o = i_f[:, :n], i_f[:, n:], torch.sigmoid(gates[:, 3 * n :])
+    cell = torch.addcmul(f * c, i, torch.tanh(gates[:, 2 * n : 3 * n]))
+    return o * torch.tanh(cell), cell
 
 
 def detach_state(state: State) -> State:

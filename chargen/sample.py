@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ChargenError
-from .model import CharLSTM, LeanStep, State
+from .model import CharLSTM, LeanState, LeanStep, State
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, CharTokenizer
 
 
@@ -204,7 +204,7 @@ class Sampler:
         # fed when the next character is asked for, so a sample that stops costs no step it
         # does not use. Both are set by ``start``.
         self.pending: torch.Tensor | None = None
-        self.state: State | None = None
+        self.state: State | LeanState | None = None
 
     @property
     def texts(self) -> list[str]:
@@ -224,6 +224,8 @@ class Sampler:
             self.state = (state[0].expand(-1, n, -1).contiguous(), state[1].expand(-1, n, -1).contiguous())
         else:
             self.state = self.model.initial_state(n)
+        if self._step is not None:
+            self.state = self._step.begin(self.state)
         self.pending = self._prime[-1:].expand(n).contiguous()
 
     def race(self) -> torch.Tensor:
@@ -272,7 +274,7 @@ class Sampler:
             if self._step is not None:
                 logits, self.state = self._step(self.pending, self.state)
             else:
-                logits, self.state = self.model(self.pending.unsqueeze(0), self.state)
+                logits, self.state = self.model(self.pending.unsqueeze(0), self.state[:2])  # (h, c) of a LeanState
                 logits = logits[0]
             logits = logits.index_fill(-1, self.banned, float("-inf"))
             yield self.take(pick_prepared(logits, prepared, self.race()))

@@ -131,17 +131,23 @@ def test_sampler_checks_options_when_asked(model):
 
 
 def test_lean_step_is_the_models_step(model):
-    """LeanStep (weights pulled out once, embedding folded into a table) computes what
-    the model's forward does on one step, for every layer (the tiny model has 2)."""
+    """LeanStep (weights pulled out once, embedding folded into a table, each layer's
+    recurrent part worked out with what its h feeds and carried to the next step) computes
+    what the model's forward does, step after step, for every layer (the tiny model has 2)."""
     net = model.model
     assert net.config.layers == 2
     torch.manual_seed(0)
     state = tuple(torch.randn(2, 5, net.config.hidden) for _ in range(2))
-    ids = torch.randint(0, net.config.vocab_size, (5,))
+    ids = torch.randint(0, net.config.vocab_size, (3, 5))
+    step = net.stepper()
     with torch.inference_mode():
-        logits, (h, c) = net(ids.unsqueeze(0), state)
-        lean_logits, (lean_h, lean_c) = net.stepper()(ids, state)
-    torch.testing.assert_close(lean_logits, logits[0])
+        logits, (h, c) = net(ids, state)
+        lean_state = state
+        for t in range(3):
+            lean_logits, lean_state = step(ids[t], lean_state)
+            torch.testing.assert_close(lean_logits, logits[t])
+        lean_h, lean_c, recurrent = lean_state
+        torch.testing.assert_close(recurrent[1], h[1] @ net.lstm.weight_hh_l1.T)
     torch.testing.assert_close(lean_h, h)
     torch.testing.assert_close(lean_c, c)
 
