@@ -26,7 +26,7 @@ from pathlib import Path
 import gradio as gr
 
 from chargen import ChargenError
-from chargen.serving import AUTO, DEFAULTS, PRESETS, Limits, Service, TextStream, TrainingView
+from chargen.serving import AUTO, DEFAULTS, PRESETS, SCRATCH, Limits, Service, TextStream, TrainingView
 
 ROOT = Path(__file__).resolve().parent
 
@@ -67,8 +67,8 @@ def make_handlers(service: Service):
             return f"*{e}*", gr.update()
         return card, gr.update(placeholder=hint)
 
-    def train(upload, corpus_name, preset, seconds, run_name, request: gr.Request):
-        views = streamed(service.train)(session(request), upload, corpus_name, preset, seconds, run_name)
+    def train(upload, corpus_name, preset, seconds, run_name, start_from, request: gr.Request):
+        views = streamed(service.train)(session(request), upload, corpus_name, preset, seconds, run_name, start_from)
         for view in views:
             yield shown_training(view, service)
 
@@ -83,8 +83,10 @@ def session(request: gr.Request | None) -> str:
 
 
 def shown_training(view: TrainingView, service: Service) -> tuple:
-    models = gr.update(choices=service.shelf.names()) if view.finished else gr.update()
-    return view.status, curve_frame(view.curve), view.samples, models
+    names = service.shelf.names()
+    models = gr.update(choices=names) if view.finished else gr.update()
+    sources = gr.update(choices=[SCRATCH, *names]) if view.finished else gr.update()
+    return view.status, curve_frame(view.curve), view.samples, models, sources
 
 
 def curve_frame(curve: list[tuple[float, float]]):
@@ -148,14 +150,17 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, de
                 seconds = gr.Slider(limits.min_train_seconds, limits.max_train_seconds, value=60, step=10,
                                     label="time budget (seconds)")
                 run_name = gr.Textbox(label="run name (optional)", max_length=48)
+            start_from = gr.Dropdown([SCRATCH, *shelf.names()], value=SCRATCH, label="start from",
+                                     info="a model to fine-tune on the text, in its own size and mode (the model "
+                                     "size above then does not apply)")
             with gr.Row():
                 train_button = gr.Button("Start training", variant="primary")
                 stop_train_button = gr.Button("Stop and save", variant="stop")
             status = gr.Markdown()
             curve = gr.LinePlot(curve_frame([]), x="seconds", y="validation bits/char", label="validation loss")
             samples = gr.Textbox(label="samples at the last validation", lines=8)
-            train_button.click(start_training, [upload, corpus, preset, seconds, run_name],
-                               [status, curve, samples, model], api_name="train", concurrency_limit=4)
+            train_button.click(start_training, [upload, corpus, preset, seconds, run_name, start_from],
+                               [status, curve, samples, model, start_from], api_name="train", concurrency_limit=4)
             stop_train_button.click(stop_training, None, status, api_name="stop_training")
 
         def refresh():

@@ -94,7 +94,10 @@ def turned_away(message: str) -> dict:
 async def all_users(url: str, model: str, users: int, length: int, timeout: float) -> list[dict]:
     """``users`` requests at once, from one event loop (light clients: the load generator
     shares the server's cores)."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    # A connection per request, as separate browsers have: a pooled connection left idle past
+    # the server's keep-alive (5 s) while the machine is saturated can be closed just as it
+    # is reused, and a POST is not retried (a ReadError that is the client's, not the app's).
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout)) as http:
         return list(await asyncio.gather(*(one_user(http, url, model, length, seed, timeout)
                                            for seed in range(users))))

@@ -134,6 +134,10 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     model.add_argument("--embedding", type=positive_int,
                        help=f"character embedding size (default {MODEL_DEFAULTS['embedding']})")
     model.add_argument("--dropout", type=finite_float, help="dropout rate (default: by the epochs)")
+    model.add_argument("--init-from", metavar="RUN_OR_MODEL_DIR",
+                       help="fine-tune: start from the weights of this run or model folder (for example "
+                       "models/shakespeare), in its size and mode, with a fresh optimizer and schedule; characters "
+                       "it lacks get new rows")
     add_training_options(t)
     t.add_argument("--quiet", action="store_true", help="no progress bar or samples")
 
@@ -259,6 +263,8 @@ def configs_from_args(args: argparse.Namespace, run_dir: Path) -> tuple[ModelCon
     with the flags given (train() refuses the ones that cannot change mid-run)."""
     train_flags = given(args, [n for n in TRAIN_DEFAULTS if n != "max_time"])
     model_flags = given(args, MODEL_FLAGS)
+    if args.resume and "init_from" in train_flags:
+        raise ChargenError("--init-from starts a new run; drop it to resume (the run keeps where it started from)")
     if not args.resume:  # no model flag: the size is chosen for --max-time, or the default
         model_config = ModelConfig(**model_flags) if model_flags else None
         return model_config, TrainConfig(**train_flags, max_time=args.max_time)
@@ -281,8 +287,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file).stem
     mode = args.mode
-    if mode is None and args.resume:
-        mode = checkpoint.read_config(run_dir).get("mode", "stream")
+    if mode is None and (args.resume or args.init_from):  # (the run's mode, or the source's)
+        mode = checkpoint.read_config(run_dir if args.resume else Path(args.init_from)).get("mode", "stream")
 
     def log(message: str) -> None:
         if not (args.quiet and message.startswith("--- sample")):

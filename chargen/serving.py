@@ -32,7 +32,8 @@ from .model import ModelConfig
 from .sample import DEFAULTS, Sampler, SamplingOptions
 from .train import TrainConfig, TrainResult, train
 
-__all__ = ["AUTO", "DEFAULTS", "PRESETS", "Limits", "Service", "Shelf", "TextStream", "TrainingView", "Writing"]
+__all__ = ["AUTO", "DEFAULTS", "PRESETS", "SCRATCH", "Limits", "Service", "Shelf", "TextStream", "TrainingView",
+           "Writing"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ PRESETS: dict[str, ModelConfig | None] = {  # model sizes for the Train tab; dro
     "small (1x256)": ModelConfig(embedding=64, hidden=256, layers=1),
     "medium (1x512)": ModelConfig(embedding=64, hidden=512, layers=1),
 }
+SCRATCH = "nothing: train from scratch"  # the Train tab's first "start from" choice
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
 BUSY = "This text is still being generated; wait for it or press Stop."
 LEAVING_SECONDS = 10.0  # the most a stopped generation may take to leave the loop (one step)
@@ -289,14 +291,14 @@ class TrainingJob:
         return self.thread is not None and self.thread.is_alive()
 
     def start(self, owner: str, text_path: Path, run_dir: Path, model_config: ModelConfig | None,
-              config: TrainConfig) -> str:
-        """Starts the run; its mode ("stream" or "lines"), as the text decided."""
+              config: TrainConfig, mode: str = "auto") -> str:
+        """Starts the run; its mode ("stream" or "lines"), as asked or as the text decided."""
         with self._lock:
             if self.busy():
                 left = max(0, round(self.ends_at - time.time()))
                 raise ChargenError(f"a training job is already running on this server (about {left} s left); "
                                    "one runs at a time, so try again when it ends")
-            corpus = load_corpus(text_path, mode="auto")
+            corpus = load_corpus(text_path, mode=mode)
             self.stop, self.events, self.owner = threading.Event(), queue.Queue(), owner
             self.result, self.error = None, None
             self.ends_at = time.time() + (config.max_time or 0)
@@ -433,19 +435,33 @@ class Service:
         return {p.name: p for p in sorted(self.corpora_dir.glob("*.txt"))}
 
     def train(self, owner: str, upload, corpus_name: str | None, preset: str, seconds,
-              run_name: str | None) -> Iterator[TrainingView]:
-        """Starts a training for ``owner`` (the page's session) and follows it to its end.
-        Checked and started before it returns: a refusal comes at once."""
+              run_name: str | None, start_from: str | None = None) -> Iterator[TrainingView]:
+        """Starts a training for ``owner`` (the page's session) and follows it to its end,
+        from scratch or, with ``start_from`` (a model's name), fine-tuning that model in its
+        own size and mode. Checked and started before it returns: a refusal comes at once."""
         text_path = self.pick_corpus(upload, corpus_name)
         if not isinstance(preset, str) or preset not in PRESETS:
             raise ChargenError(f"unknown model size {str(preset)[:40]!r}; pick one from the list")
+        source = None
+        if start_from not in (None, "", SCRATCH):
+            source = self.shelf.folders().get(start_from) if isinstance(start_from, str) else None
+            if source is None:
+                raise ChargenError(f"unknown model {str(start_from)[:60]!r} to start from; pick one from the list")
         limits = self.limits
         seconds = int(clamp(seconds, limits.min_train_seconds, limits.max_train_seconds, 60))
         run_dir = new_run_dir(self.shelf.runs_dir, run_name, text_path)
-        config = TrainConfig(max_time=seconds, eval_every=100, log_every=10, sample_chars=200)
-        mode = self.job.start(owner, text_path, run_dir, PRESETS[preset], config)
+        config = TrainConfig(max_time=seconds, eval_every=100, log_every=10, sample_chars=200,
+                             init_from=str(source) if source else None)
+        if source is None:
+            mode = self.job.start(owner, text_path, run_dir, PRESETS[preset], config)
+            what = preset
+        else:
+            source_config = checkpoint.read_config(source)
+            mode = self.job.start(owner, text_path, run_dir, None, config, source_config.get("mode", "stream"))
+            shape = source_config["model"]
+            what = f"fine-tuning {start_from}, its size {shape['layers']}x{shape['hidden']}"
         name = f"runs/{run_dir.name}"
-        view = TrainingView(f"Training **{name}** ({preset}, {mode} mode) for up to {seconds} s…")
+        view = TrainingView(f"Training **{name}** ({what}, {mode} mode) for up to {seconds} s…")
         return self._follow(name, view)
 
     def _follow(self, name: str, view: TrainingView) -> Iterator[TrainingView]:

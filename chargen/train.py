@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from . import __version__, checkpoint, faults, memory
+from . import __version__, checkpoint, faults, finetune, memory
 from .autosize import choose_size, probe_speed, regularisation
 from .budget import VAL_SHARE, TimeBudget, ValidationCost, ValidationPlan, fit_to_time, plan_validation
 from .checkpoint import Progress, TrainerState
@@ -73,6 +73,7 @@ class TrainConfig:
     seed: int = 1234
     device: str = "auto"
     precision: str = "auto"  # bf16 autocast where the hardware has it, else fp32
+    init_from: str | None = None  # a run or model folder whose weights a new run starts from (chargen.finetune)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "bptt", "bucket_factor", "eval_every", "log_every"):
@@ -309,14 +310,23 @@ class Trainer:
         self.device = resolve_device(config.device)
         saved = checkpoint.read_config(run_dir) if resume else {}
         self.autocast_dtype, precision_note = self._precision(saved.get("precision_used"))
+        self.source, self.init_record = None, saved.get("init_from")
         if resume:
             self.model_config = check_resume(saved, corpus, model_config, config)
             self.tokenizer = checkpoint.read_tokenizer(run_dir)
+            if self.init_record:  # a fine-tuned run: the text's ids in the run's merged vocabulary
+                corpus = self.corpus = finetune.adopt_vocabulary(corpus, self.tokenizer)
             if self.tokenizer.chars != corpus.tokenizer.chars:  # (the corpus's ids are in its own vocabulary)
                 raise ChargenError(f"{run_dir}/{checkpoint.TOKENIZER} does not match the text's characters; "
                                    "resume with the run's own folder and text, or start a new run (--force)")
             self.default_prime = saved.get("default_prime", "")
         else:
+            if config.init_from:
+                self.source = finetune.read_source(config.init_from)
+                tokenizer, new_chars = finetune.merged_tokenizer(self.source.tokenizer, corpus.tokenizer)
+                model_config = finetune.model_for(self.source, model_config, corpus.mode, tokenizer.vocab_size)
+                corpus = self.corpus = finetune.adopt_vocabulary(corpus, tokenizer)
+                self.init_record = self.source.record(new_chars)
             self.tokenizer = corpus.tokenizer
             self.default_prime = first_prime(corpus)
         self.feed = make_feed(corpus, config, self.device, ranks)
@@ -414,7 +424,10 @@ class Trainer:
         """The model (and its DDP wrapper), AdamW, the gradient scaler and the data RNG."""
         config = self.config
         torch.manual_seed(config.seed)
-        self.model = CharLSTM(self.model_config).to(self.device)
+        self.model = CharLSTM(self.model_config)
+        if self.source is not None:
+            finetune.load_source_weights(self.model, self.source)
+        self.model.to(self.device)
         # DDP averages the ranks' gradients: one step over the global batch. (The same seed
         # gave every rank the same weights; DDP checks that by broadcasting rank 0's.)
         device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -458,6 +471,8 @@ class Trainer:
                                               config.decay, max_warmup_steps=progress.requested_steps // 2)
         self.config_record = run_config(self.model_config, config, self.corpus, self.default_prime,
                                         self.model.num_parameters(), self.autocast_dtype)
+        if self.init_record:
+            self.config_record["init_from"] = self.init_record
         self.write_config()
 
     def _log_start(self, resume: bool, precision_note: str) -> None:
@@ -468,6 +483,8 @@ class Trainer:
         self.log(f"{'resuming' if resume else 'training'} {self.run_dir}: {feed.describe()}, vocabulary "
                  f"{self.tokenizer.vocab_size}, {self.model.num_parameters():,} parameters, device {self.device} "
                  f"({precision_note})")
+        if self.init_record:
+            self.log(finetune.describe(self.init_record, self.model_config, corpus.mode, resume))
         for line in self.sizing:
             self.log(line)
         if progress.total_steps >= TIMED_PLAN:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from chargen import ChargenError, checkpoint
-from chargen.serving import BUSY, Limits, Service, TextStream, Writing
-from conftest import make_text, shelf_of_models
+from chargen.serving import AUTO, BUSY, SCRATCH, Limits, Service, TextStream, Writing
+from conftest import make_text, name_list, shelf_of_models
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +165,25 @@ def test_a_training_runs_to_its_end_and_joins_the_shelf(service):
     assert last.curve and all(bpc > 0 for _, bpc in last.curve)
     assert "runs/short" in service.shelf.names()
     assert len(text_of(generate(service, model="runs/short", prime="The ", length=30))) == len("The ") + 30
+
+
+def test_a_training_can_start_from_a_model_on_the_shelf(service, tmp_path):
+    """'Start from' fine-tunes a shelf model in its own size and mode (a list of names read
+    as a stream, as the stream model was trained), and config.json says where it started."""
+    upload = tmp_path / "names.txt"
+    upload.write_text("\n".join(name_list(1000)) + "\n")
+    views = service.train("page-a", str(upload), None, AUTO, 2, "tuned", "shakespeare")
+    first = next(views)
+    assert "fine-tuning shakespeare, its size 2x24" in first.status and "stream mode" in first.status, first.status
+    *_, last = views
+    assert last.finished and "bits/char" in last.status, last.status
+    saved = checkpoint.read_config(service.shelf.runs_dir / "tuned")
+    assert saved["init_from"]["path"] == str(service.shelf.folders()["shakespeare"])
+    assert (saved["model"]["layers"], saved["model"]["hidden"]) == (2, 24)
+    with pytest.raises(ChargenError, match="unknown model 'nope' to start from"):
+        service.train("page-a", None, "tiny.txt", AUTO, 2, "never", "nope")
+    *_, last = service.train("page-a", None, "tiny.txt", "tiny (1x128)", 2, "scratch2", SCRATCH)
+    assert "init_from" not in checkpoint.read_config(service.shelf.runs_dir / "scratch2")
 
 
 def test_the_auto_size_is_the_default_and_says_what_it_chose(service):
