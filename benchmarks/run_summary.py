@@ -1,19 +1,47 @@
 """Summarise a run folder's metrics.jsonl: the validation curve, throughput, and the
-best validation loss, as a Markdown table (what the README records for the quality target).
+best validation loss, as a Markdown table (what the README records for the quality target);
+with ``--plot``, the training and validation curves as a PNG.
 
     python benchmarks/run_summary.py RUN_DIR
+    python benchmarks/run_summary.py RUN_DIR --plot curve.png
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 
+def plot(events: list[dict], title: str, path: Path) -> None:
+    """Bits per character against the step: training (each log window), validation on the
+    whole text (dots) and on a sample of it during a timed run (rings)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    train = [(e["step"], e["bpc"]) for e in events if e["event"] == "train"]
+    if train:
+        ax.plot(*zip(*train, strict=True), color="tab:blue", linewidth=0.8, alpha=0.7, label="training")
+    for whole, look in ((True, {"color": "tab:red"}), (False, {"markerfacecolor": "none", "color": "tab:red"})):
+        val = [(e["step"], e["val_bpc"]) for e in events if e["event"] == "val" and e.get("whole", True) == whole]
+        if val:
+            ax.plot(*zip(*val, strict=True), "o", label="validation" + ("" if whole else " (a sample)"), **look)
+    ax.set(title=title, xlabel="step", ylabel="bits per character")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main() -> None:
-    run_dir = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the curves here")
+    args = parser.parse_args()
+    run_dir = args.run_dir
     events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     config = json.loads((run_dir / "config.json").read_text())
     train_events = [e for e in events if e["event"] == "train"]
@@ -36,6 +64,9 @@ def main() -> None:
     best = min((e["val_loss"] for e in events if e["event"] == "val" and e.get("whole", True)), default=None)
     if best is not None:
         print(f"best validation loss (whole text): {best:.4f} nats/char ({best / math.log(2):.4f} bpc)")
+    if args.plot:
+        plot(events, f"{run_dir.name}: {config['model']['layers']}x{config['model']['hidden']}", args.plot)
+        print(f"curves drawn in {args.plot}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ pickle).
                                 stream position, plan...
       metrics.jsonl             one JSON line per log or validation event
       train_items.safetensors   lines mode: a hash of every training item (see ``lines``)
+      tb/                       with --tensorboard: TensorBoard's event files (``board``)
 
 Every tensor file carries a SHA-256 of its tensors in its metadata, so a truncated or
 bit-flipped file is refused rather than silently loaded.

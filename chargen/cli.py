@@ -195,6 +195,9 @@ def add_training_options(t: argparse.ArgumentParser) -> None:
     opt.add_argument("--log-every", type=positive_int, help=f"steps between log lines (default {d['log_every']})")
     opt.add_argument("--sample-chars", type=int, help=f"length of the sample printed at each validation "
                      f"(default {d['sample_chars']}; 0 for none)")
+    opt.add_argument("--tensorboard", action="store_true", default=None,
+                     help="also write the metrics and samples for TensorBoard under RUN_DIR/tb (needs the "
+                     "tensorboard package: pip install 'chargen[tensorboard]'); metrics.jsonl is written either way")
     opt.add_argument("--device", help="auto (CUDA when present), cpu or cuda (default auto)")
     opt.add_argument("--seed", type=seed, help=f"random seed (default {d['seed']})")
     opt.add_argument("--precision", choices=PRECISIONS,

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from . import __version__, checkpoint, faults, finetune, memory
+from . import __version__, board, checkpoint, faults, finetune, memory
 from .autosize import choose_size, probe_speed, regularisation
 from .budget import VAL_SHARE, TimeBudget, ValidationCost, ValidationPlan, fit_to_time, plan_validation
 from .checkpoint import Progress, TrainerState
@@ -74,6 +74,7 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"  # bf16 autocast where the hardware has it, else fp32
     init_from: str | None = None  # a run or model folder whose weights a new run starts from (chargen.finetune)
+    tensorboard: bool = False  # mirror the metrics and samples to TensorBoard under RUN_DIR/tb (chargen.board)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "bptt", "bucket_factor", "eval_every", "log_every"):
@@ -302,6 +303,8 @@ class Trainer:
                  resume: bool, force: bool, log: Callable[[str], None] | None, progress_bar: bool,
                  on_event: Callable[[dict], None] | None, ranks: Ranks) -> None:
         check_distributed(corpus, config, ranks)
+        if config.tensorboard:
+            board.check_available()
         self.mode = mode_of(corpus.mode)
         if not ranks.main:  # one voice: rank 0 logs, shows progress and reports events
             log, progress_bar, on_event = None, False, None
@@ -344,6 +347,8 @@ class Trainer:
         self._start_or_resume(resume, force, need.parameters)
         self._plan_schedule()
         self.metrics = checkpoint.MetricsLog(run_dir / checkpoint.METRICS)
+        self.board = board.Board(run_dir, self.state.progress.step if resume else None) \
+            if config.tensorboard and ranks.main else None
         self.history: list[dict] = []
         self.budget: TimeBudget | None = None  # fit's, while it runs
         self.whole_validated_at, self.last_scoring = -1, (0.0, 0)  # the last whole validation; seconds, targets
@@ -671,6 +676,8 @@ class Trainer:
             verb = "finished" if stopped == "done" else f"stopped ({stopped})"
             self.log(f"{verb} at step {progress.step:,} of {progress.total_steps:,}; best val bpc {best}{spent}; "
                      f"checkpoint in {self.run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
+        if self.board is not None:
+            self.board.close()
         return TrainResult(self.run_dir, progress.step, progress.total_steps, self.epoch(), progress.best_val_loss,
                            progress.last_val_loss, stopped, self.history, self.model.eval())
 
@@ -682,6 +689,8 @@ class Trainer:
         event = {"event": event.pop("event"), "step": self.state.progress.step, "epoch": round(self.epoch(), 4)} | event
         if self.ranks.main:
             self.metrics.write(event)
+        if self.board is not None:
+            self.board.event(event)
         self.history.append(event)
         if self.on_event is not None:
             self.on_event(event)
@@ -733,8 +742,11 @@ class Trainer:
                              items=items)
         texts = collect(pieces, n)
         self.log(f"--- sample{'s' if n > 1 else ''} ---\n" + "\n".join(texts) + "\n---")
+        event = {"event": "sample", "step": self.state.progress.step, "texts": texts}
+        if self.board is not None:
+            self.board.event(event)
         if self.on_event is not None:
-            self.on_event({"event": "sample", "step": self.state.progress.step, "texts": texts})
+            self.on_event(event)
 
     def save(self) -> None:
         carry = self.state.carry
