@@ -55,14 +55,16 @@ def evaluate_streams(model: torch.nn.Module, streams: Streams, bptt: int = 256, 
 
 @torch.inference_mode()
 def evaluate_items(model: torch.nn.Module, items: LineItems, max_positions: int = 65536,
-                   count: int | None = None) -> float:
+                   count: int | None = None, ranks: Ranks = SINGLE) -> float:
     """Mean loss (nats) per real target (each character and each item's ``<eos>``) of all
-    the items, or of the first ``count``, batched by length so little is padded."""
+    the items, or of the first ``count``, batched by length so little is padded;
+    distributed, each rank scores every world-th of them and the sums are added up."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    order = np.argsort(items.lengths[:count], kind="stable")
-    total, count, start = 0.0, 0, 0
+    order = np.argsort(items.lengths[:count], kind="stable")[ranks.rank :: ranks.world]
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, targets
+    start = 0
     while start < len(order):
         # As many items as fit in max_positions at the length of the longest (the last).
         end = start + 1
@@ -70,8 +72,9 @@ def evaluate_items(model: torch.nn.Module, items: LineItems, max_positions: int 
             end += 1
         x, y = items.batch(order[start:end], device)
         logits, _ = model(x)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE, reduction="sum").item()
-        count += int((y != IGNORE).sum())
+        sums[0] += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE, reduction="sum")
+        sums[1] += int((y != IGNORE).sum())
         start = end
     model.train(was_training)
+    total, count = ranks.sum(sums).tolist()
     return total / count

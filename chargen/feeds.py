@@ -5,7 +5,7 @@ corpus. The loop asks a feed for the next batch and the feed keeps its place in
 - ``StreamFeed`` (``--mode stream``): one long text cut into contiguous streams, walked
   ``bptt`` rows at a time; the LSTM state is carried from chunk to chunk.
 - ``LinesFeed`` (``--mode lines``): independent items in length-bucketed batches, each
-  item from a zero state.
+  item from a zero state; distributed, each rank takes every world-th item of a batch.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ class Batch:
     lr_scale: float  # a shorter chunk than bptt gets a proportionally smaller step
     new_epoch: bool  # the batch starts an epoch: no state carries into it
     loss_weight: float = 1.0  # the batch's mean loss is scaled by this for the gradient
+    # Distributed lines: this rank's share of the global batch's targets, times the world
+    # size. The rank's mean loss times it, averaged over the ranks (as DDP averages their
+    # gradients), is the global batch's mean loss.
+    rank_share: float = 1.0
 
 
 class StreamFeed:
@@ -107,8 +111,8 @@ class LinesFeed:
     carries_state = False
 
     def __init__(self, train_items: LineItems, val_items: LineItems, batch_size: int, bucket_factor: int,
-                 seed: int, device: torch.device) -> None:
-        self.items, self.val_items = train_items, val_items
+                 seed: int, device: torch.device, ranks: Ranks = SINGLE) -> None:
+        self.items, self.val_items, self.ranks = train_items, val_items, ranks
         self.batch_size, self.bucket_factor, self.seed, self.device = batch_size, bucket_factor, seed, device
         self.steps_per_epoch = self.steps_per_epoch_at(batch_size)
         self.val_targets = int(val_items.lengths.sum())
@@ -120,12 +124,17 @@ class LinesFeed:
         return epoch_length(len(self.items), batch_size, self.bucket_factor)
 
     def largest_batch(self) -> tuple[int, int]:
-        """(time, batch) of the widest batch: the longest item (and its <eos>) sets the time."""
-        return int(self.items.lengths.max()), min(self.batch_size, len(self.items))
+        """(time, batch) of this process's widest batch: the longest item (and its <eos>) sets
+        the time."""
+        return int(self.items.lengths.max()), self.rank_batch()
 
     def typical_batch(self) -> tuple[int, int]:
         """(time, batch) of a batch of items of the mean length (with its <eos>)."""
-        return max(1, round(float(self.items.lengths.mean()))), min(self.batch_size, len(self.items))
+        return max(1, round(float(self.items.lengths.mean()))), self.rank_batch()
+
+    def rank_batch(self) -> int:
+        """Items of a full batch this process trains on."""
+        return min(math.ceil(self.batch_size / self.ranks.world), len(self.items))
 
     @property
     def epoch_targets(self) -> int:
@@ -138,7 +147,8 @@ class LinesFeed:
 
     def batch_description(self) -> str:
         share = padded_share(self.items.lengths, self.batches(0))
-        return (f"{self.batch_size} items (superbatches of {self.bucket_factor} batches sorted by length; "
+        split = f", about {self.rank_batch()} on each of {self.ranks.world} processes" if self.ranks.active else ""
+        return (f"{self.batch_size} items{split} (superbatches of {self.bucket_factor} batches sorted by length; "
                 f"{share:.1%} of positions are padding)")
 
     def batches(self, epoch: int) -> list[np.ndarray]:
@@ -152,12 +162,17 @@ class LinesFeed:
             progress.epoch, progress.position = progress.epoch + 1, 0
         index = self.batches(progress.epoch)[progress.position]
         progress.position += 1
-        x, y = self.items.batch(index, self.device)
         targets = int(self.items.lengths[index].sum())
+        mine, share = index, 1.0
+        if self.ranks.active:  # every world-th item of the length-sorted batch: alike lengths on every rank
+            mine = index[self.ranks.rank :: self.ranks.world]
+            share = float(self.items.lengths[mine].sum()) * self.ranks.world / targets
+            mine = mine if len(mine) else index[:1]  # (every rank must step: on one item, weighed 0)
+        x, y = self.items.batch(mine, self.device)
         # Bucketing puts short items and long ones in different batches; weighting each
         # batch's mean loss by its share of characters makes every character count the
         # same, as with random batches. (Scaling the lr instead measured worse.)
-        return Batch(x, y, targets, 1.0, True, targets / self.mean_targets)
+        return Batch(x, y, targets, 1.0, True, targets / self.mean_targets, share)
 
     def epoch_fraction(self, position: int) -> float:
         return position / self.steps_per_epoch
@@ -168,5 +183,5 @@ class LinesFeed:
         cumulative = np.cumsum(self.val_items.lengths)
         count = None if sample is None else int(min(len(cumulative), np.searchsorted(cumulative, sample) + 1))
         scored = int(cumulative[-1] if count is None else cumulative[count - 1])
-        return evaluate_items(model, self.val_items, count=count), scored
+        return evaluate_items(model, self.val_items, count=count, ranks=self.ranks), scored
 

@@ -19,16 +19,15 @@ class Mode:
     samples_shown: int  # samples printed at each validation
     default_samples: int  # `chargen sample` without --num-samples
     resume_layout: tuple[str, ...]  # training settings a resume must keep, or the batches would not line up
-    distributable: bool  # trains under torchrun
     description: str  # for people: what a sample is
     prime_hint: str  # for people: what the prime box is for
 
 
 STREAM = Mode("stream", items=False, samples_shown=1, default_samples=1,
-              resume_layout=("batch_size", "bptt", "variable_bptt"), distributable=True,
+              resume_layout=("batch_size", "bptt", "variable_bptt"),
               description="one stream of text", prime_hint="text to continue")
 LINES = Mode("lines", items=True, samples_shown=8, default_samples=10,
-             resume_layout=("batch_size", "bucket_factor"), distributable=False,
+             resume_layout=("batch_size", "bucket_factor"),
              description="lines (one item per line)", prime_hint="prefix every item starts with (may be empty)")
 MODES = {mode.name: mode for mode in (STREAM, LINES)}
 

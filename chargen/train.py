@@ -184,7 +184,7 @@ def make_feed(corpus: Corpus, config: TrainConfig, device: torch.device,
               ranks: Ranks = SINGLE) -> StreamFeed | LinesFeed:
     if mode_of(corpus.mode).items:
         return LinesFeed(corpus.train_items, corpus.val_items, config.batch_size, config.bucket_factor,
-                         config.seed, device)
+                         config.seed, device, ranks)
     return StreamFeed(corpus.train_ids, corpus.val_ids, config.batch_size, config.bptt, config.variable_bptt,
                       device, ranks)
 
@@ -579,6 +579,8 @@ class Trainer:
         with torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             logits, self.state.carry = self.net(batch.x, self.state.carry)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), ignore_index=IGNORE)
+        if batch.rank_share != 1.0:
+            loss = loss * batch.rank_share
         return faults.loss(self.state.progress.step + 1, loss)
 
     def update(self, loss: torch.Tensor, batch: Batch) -> None:
@@ -781,12 +783,10 @@ class Trainer:
 
 
 def check_distributed(corpus: Corpus, config: TrainConfig, ranks: Ranks) -> None:
-    if ranks.active:
-        if not mode_of(corpus.mode).distributable:
-            raise ChargenError(f"{corpus.mode} mode does not train under torchrun yet; train it in one process")
-        if config.batch_size % ranks.world:
-            raise ChargenError(f"--batch-size {config.batch_size} (the global batch) does not divide among "
-                               f"{ranks.world} processes; use a multiple of {ranks.world}")
+    # (Streams are split in equal blocks; lines mode deals out each batch's items.)
+    if ranks.active and not mode_of(corpus.mode).items and config.batch_size % ranks.world:
+        raise ChargenError(f"--batch-size {config.batch_size} (the global batch) does not divide among "
+                           f"{ranks.world} processes; use a multiple of {ranks.world}")
 
 
 def first_prime(corpus: Corpus) -> str:

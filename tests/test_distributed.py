@@ -109,11 +109,32 @@ def test_stop_on_one_rank_stops_all_and_resume_in_one_process(text_file, tmp_pat
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5)
 
 
+def test_lines_mode_two_processes_train_like_one(tmp_path):
+    """Lines mode under torchrun: each rank takes every other item of a bucketed batch (the
+    global batch is their sum; 297 items at batch 8 end each epoch on a batch of one, where
+    rank 1 steps with no weight), validation is split and summed: the same losses and
+    weights as one process, up to the order of float sums."""
+    names, val = tmp_path / "names.txt", tmp_path / "val.txt"
+    names.write_text("\n".join(name_list(297)) + "\n")
+    val.write_text("\n".join(name_list(40, seed=1)) + "\n")
+    flags = [*FLAGS, "--mode", "lines", "--val-file", str(val), "--steps", "80", "--eval-every", "20"]
+    out = torchrun(["-m", "chargen", "train", str(names), "--out", "ddp", *flags], tmp_path)
+    assert main(["train", str(names), "--out", str(tmp_path / "single"), *flags]) == 0
+    assert "8 items, about 4 on each of 2 processes" in out.stderr
+    assert losses(tmp_path / "ddp") == pytest.approx(losses(tmp_path / "single"), rel=1e-5)
+    ddp_val, single_val = (val_losses(tmp_path / run) for run in ("ddp", "single"))
+    assert len(ddp_val) == 4 and ddp_val == pytest.approx(single_val, rel=1e-5)
+    ddp, single = (load_file(tmp_path / run / "model.safetensors") for run in ("ddp", "single"))
+    for name in single:
+        torch.testing.assert_close(ddp[name], single[name], rtol=1e-4, atol=1e-5)
+
+
+def val_losses(run: Path) -> list[float]:
+    return [e["val_loss"] for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if e["event"] == "val"]
+
+
 def test_refusals_before_any_process_waits(tmp_path, text_file):
-    names = tmp_path / "names.txt"
-    names.write_text("\n".join(name_list(200)) + "\n")
-    with pytest.raises(ChargenError, match="lines mode does not train under torchrun"):
-        train(load_corpus(names, mode="lines"), tmp_path / "a", tiny_model(), tiny_train(), ranks=Ranks(0, 2))
     with pytest.raises(ChargenError, match="does not divide among 2 processes"):
         train(load_corpus(text_file), tmp_path / "b", tiny_model(), tiny_train(batch_size=5), ranks=Ranks(0, 2))
 
