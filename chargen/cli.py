@@ -104,7 +104,10 @@ def add_train(commands: argparse._SubParsersAction) -> None:
         "Progress, validation loss and samples are printed; checkpoints go to --out. "
         "Ctrl-C saves a checkpoint; the same command with --resume continues exactly.",
     )
-    t.add_argument("text_file", metavar="TEXT_FILE", help="UTF-8 text to train on")
+    t.add_argument("text_file", metavar="TEXT_FILE", nargs="+",
+                   help="UTF-8 text to train on: a file, or several files and folders (a folder's files, in its "
+                   "subfolders too, hidden ones and files that are not text left out); in stream mode each file is "
+                   "a document of its own")
     t.add_argument("--out", metavar="RUN_DIR", help="run folder (default: runs/<name of TEXT_FILE>)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     t.add_argument("--force", action="store_true", help="replace a run already in --out")
@@ -288,7 +291,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .distributed import from_environment, leave
     from .train import train
 
-    run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file).stem
+    run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file[0]).stem
     mode = args.mode
     if mode is None and (args.resume or args.init_from):  # (the run's mode, or the source's)
         mode = checkpoint.read_config(run_dir if args.resume else Path(args.init_from)).get("mode", "stream")
@@ -297,11 +300,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not (args.quiet and message.startswith("--- sample")):
             tqdm.write(message, file=sys.stderr)
 
-    text_file, started = Path(args.text_file), time.perf_counter()
-    big = text_file.is_file() and text_file.stat().st_size >= BIG_FILE_BYTES
+    texts, started = [Path(t) for t in args.text_file], time.perf_counter()
+    size = sum(t.stat().st_size for t in texts if t.is_file())
+    big = size >= BIG_FILE_BYTES
     if big:
-        log(f"reading {text_file} ({text_file.stat().st_size / 2**20:,.0f} MB) in chunks: counting, then encoding")
-    corpus = load_corpus(text_file, val_path=args.val_file, val_fraction=args.val_fraction,
+        log(f"reading {' '.join(args.text_file)} ({size / 2**20:,.0f} MB) in chunks: counting, then encoding")
+    corpus = load_corpus(texts[0] if len(texts) == 1 else texts, val_path=args.val_file, val_fraction=args.val_fraction,
                          encoding=args.encoding, errors=args.errors, mode=mode or "auto")
     if big:
         log(f"read {corpus.source['chars']:,} characters in {time.perf_counter() - started:.1f} s")

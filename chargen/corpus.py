@@ -10,9 +10,13 @@ for the next.
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,10 +24,14 @@ import torch
 from .errors import ChargenError
 from .lines import MODES, LineItems, detect_mode, file_items, held_out, item_tokenizer
 from .modes import ModeName
-from .textfile import encode_file, read_head, scan_text, tokenizer_for
-from .tokenizer import CharTokenizer
+from .textfile import TextScan, check_file, empty_ids, encode_file, encode_into, read_head, scan_text, tokenizer_for
+from .tokenizer import EOS_ID, CharTokenizer
 
 PathLike = str | os.PathLike
+# In stream mode, the end of each file of a corpus of many: a new document follows. Its own
+# token rather than a reset of the state, which would have to fall mid-chunk
+# (benchmarks/README.md, "Many files").
+DOCUMENT_END = EOS_ID
 # Validation is at most this much of a stream: enough to measure bpc to a few thousandths,
 # and a validation of a huge corpus then costs seconds, not hours.
 MAX_VAL_CHARS = 1_000_000
@@ -56,7 +64,7 @@ def choose_mode(path: PathLike, encoding: str, errors: str) -> tuple[str, str]:
 
 
 def load_corpus(
-    path: PathLike,
+    path: PathLike | Sequence[PathLike],
     *,
     val_path: PathLike | None = None,
     val_fraction: float = 0.05,
@@ -64,17 +72,24 @@ def load_corpus(
     errors: str = "strict",
     mode: str = "stream",
 ) -> Corpus:
-    """Read a corpus. ``mode`` is stream (one long text), lines (one item per line) or auto
-    (lines when the file reads as a list of short items; ``source["mode_reason"]`` says why).
-    Validation is ``val_path``, or else ``val_fraction`` of it: the tail of a stream (at
-    most ``MAX_VAL_CHARS``), a random sample of the items of a list."""
+    """Read a corpus: a file, or several files and folders (``corpus_files``). ``mode`` is
+    stream (one long text), lines (one item per line) or auto (lines when the (first) file
+    reads as a list of short items; ``source["mode_reason"]`` says why). Validation is
+    ``val_path``, or else ``val_fraction`` of the text: the tail of a stream (of every file's,
+    at most ``MAX_VAL_CHARS`` in all), a random sample of the items of a list."""
     if mode not in MODES:
         raise ChargenError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     if val_path is None and not 0.0 < val_fraction < 0.5:
         raise ChargenError(f"--val-fraction must be between 0 and 0.5, not {val_fraction}")
-    source: dict = {"path": str(path)}
+    paths = [path] if isinstance(path, str | os.PathLike) else list(path)
+    files, skipped = corpus_files(paths, encoding)
+    source: dict = {"path": " ".join(map(str, paths))}
+    if skipped:
+        source["skipped"] = skipped
     if mode == "auto":
-        mode, source["mode_reason"] = choose_mode(path, encoding, errors)
+        mode, source["mode_reason"] = choose_mode(files[0], encoding, errors)
+    if len(paths) > 1 or Path(paths[0]).is_dir():
+        return load_documents(files, val_path, val_fraction, encoding, errors, source, mode)
     if mode == "lines":
         return load_items(path, val_path, val_fraction, encoding, errors, source)
     return load_stream(path, val_path, val_fraction, encoding, errors, source)
@@ -97,6 +112,12 @@ def load_items(path: PathLike, val_path: PathLike | None, val_fraction: float, e
                source: dict) -> Corpus:
     """The validation split of a list: random items, or the items of ``val_path``."""
     file_tokenizer, ids, val_ids = encode_files(path, val_path, encoding, errors, source)
+    return items_corpus(file_tokenizer, ids, val_ids, path, val_path, val_fraction, source)
+
+
+def items_corpus(file_tokenizer: CharTokenizer, ids: np.ndarray, val_ids: np.ndarray | None, path: PathLike,
+                 val_path: PathLike | None, val_fraction: float, source: dict) -> Corpus:
+    """A list's items, from its ids: the validation split, and the items' own vocabulary."""
     items = file_items(ids, file_tokenizer)
     if not len(items):
         raise ChargenError(f"{path} has no items: every line is blank")
@@ -128,6 +149,108 @@ def encode_files(path: PathLike, val_path: PathLike | None, encoding: str, error
     tokenizer = tokenizer_for(scan, val_scan)
     return (tokenizer, encode_file(path, tokenizer, scan.n_chars, encoding, errors),
             encode_file(val_path, tokenizer, val_scan.n_chars, encoding, errors))
+
+
+def corpus_files(paths: Sequence[PathLike], encoding: str = "utf-8") -> tuple[list[Path], list[str]]:
+    """The files to train on, in order: each file given, and each folder's files (sorted,
+    its subfolders' too), each once; and a line for each thing a folder holds that is left
+    out: hidden files and folders, and files that are not text."""
+    files: dict[Path, Path] = {}
+    skipped: list[str] = []
+    for given in map(Path, paths):
+        if not given.is_dir():
+            files.setdefault(check_file(given).resolve(), given)
+            continue
+        for root, folders, names in os.walk(given):
+            for folder in sorted(folders):
+                if folder.startswith("."):
+                    skipped.append(f"skipped {Path(root) / folder}/: a hidden folder")
+            folders[:] = sorted(f for f in folders if not f.startswith("."))
+            for name in sorted(names):
+                path = Path(root) / name
+                why = "a hidden file" if name.startswith(".") else not_text(path, encoding)
+                if why:
+                    skipped.append(f"skipped {path}: {why}")
+                else:
+                    files.setdefault(path.resolve(), path)
+    if not files:
+        raise ChargenError(f"{' '.join(map(str, paths))}: no text files to train on"
+                           + (f" ({len(skipped)} skipped: {skipped[0]})" if skipped else ""))
+    return list(files.values()), skipped
+
+
+def not_text(path: Path, encoding: str) -> str | None:
+    """Why a folder's file is left out (None: it is taken), judged from its first 8 KB."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(8192)
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    if not head:
+        return "empty"
+    try:
+        decoder = codecs.getincrementaldecoder(encoding)()
+    except LookupError:
+        return None  # (the unknown encoding is named when the first file is read)
+    if b"\x00" in head and not codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
+        return "not text (it holds NUL bytes)"
+    try:
+        decoder.decode(head, final=False)
+    except UnicodeDecodeError:
+        return f"not text in {encoding} (--encoding to read it otherwise)"
+    return None
+
+
+def load_documents(files: list[Path], val_path: PathLike | None, val_fraction: float, encoding: str, errors: str,
+                   source: dict, mode: str) -> Corpus:
+    """Many files as one corpus, read in chunks like one big file. In stream mode each file
+    is a document: its text, then DOCUMENT_END; validation is the tail of every file (or
+    ``val_path``). In lines mode the items of all the files are pooled."""
+    scans = [scan_text(f, encoding, errors) for f in files]
+    source.update(files=[{"path": str(f), "chars": s.n_chars, "sha256": s.sha256} for f, s in zip(files, scans,
+                                                                                                  strict=True)],
+                  chars=sum(s.n_chars for s in scans),
+                  sha256=hashlib.sha256(" ".join(s.sha256 for s in scans).encode()).hexdigest()[:16])
+    val_scan = None
+    if val_path is not None:
+        val_scan = scan_text(val_path, encoding, errors)
+        source.update(val_path=str(val_path), val_chars=val_scan.n_chars, val_sha256=val_scan.sha256)
+    tokenizer = tokenizer_for(*scans, *([val_scan] if val_scan else []))
+    if mode == "lines":
+        if "\n" not in tokenizer:  # (the files' items are kept apart by a line break)
+            tokenizer = CharTokenizer(sorted([*tokenizer.chars, "\n"]))
+        ids = joined(files, scans, [0] * len(files), tokenizer, tokenizer.id_of("\n"), encoding, errors)[0]
+        val_ids = None if val_scan is None else encode_file(val_path, tokenizer, val_scan.n_chars, encoding, errors)
+        return items_corpus(tokenizer, ids, val_ids, source["path"], val_path, val_fraction, source)
+    if val_scan is not None:
+        tails = [0] * len(files)
+    else:
+        source["val_fraction"] = val_fraction
+        scale = min(1.0, MAX_VAL_CHARS / (val_fraction * source["chars"]))
+        tails = [min(s.n_chars - 1, round(s.n_chars * val_fraction * scale)) for s in scans]
+    train_ids, val_ids = joined(files, scans, tails, tokenizer, DOCUMENT_END, encoding, errors)
+    if val_scan is not None:
+        val_ids = encode_file(val_path, tokenizer, val_scan.n_chars, encoding, errors)
+    if len(val_ids) < 2:
+        raise ChargenError("the files are too short to hold out a validation text; raise --val-fraction or give "
+                           "--val-file")
+    return Corpus(source, tokenizer, "stream", train_ids, val_ids)
+
+
+def joined(files: list[Path], scans: list[TextScan], tails: list[int], tokenizer: CharTokenizer, end: int,
+           encoding: str, errors: str) -> tuple[np.ndarray, np.ndarray]:
+    """The files' ids, each followed by ``end``: their heads in one array, their last
+    ``tails`` characters (where not 0) in another."""
+    heads = [s.n_chars - t for s, t in zip(scans, tails, strict=True)]
+    ids = empty_ids(sum(heads) + len(files), tokenizer.dtype)
+    held = empty_ids(sum(tails) + sum(t > 0 for t in tails), tokenizer.dtype)
+    at, held_at = 0, 0
+    for path, head, tail in zip(files, heads, tails, strict=True):
+        encode_into(path, tokenizer, [ids[at : at + head], held[held_at : held_at + tail]], encoding, errors)
+        ids[at + head], at = end, at + head + 1
+        if tail:
+            held[held_at + tail], held_at = end, held_at + tail + 1
+    return ids, held
 
 
 def min_train_chars(batch_size: int, bptt: int) -> int:

@@ -179,17 +179,31 @@ def encode_file(path: str | os.PathLike, tokenizer: CharTokenizer, n_chars: int,
                 encoding: str = "utf-8", errors: str = "strict") -> np.ndarray:
     """The file's ids, encoded chunk by chunk into one compact array of ``n_chars``."""
     ids = empty_ids(n_chars, tokenizer.dtype)
+    encode_into(path, tokenizer, [ids], encoding, errors)
+    return ids
+
+
+def encode_into(path: str | os.PathLike, tokenizer: CharTokenizer, parts: list[np.ndarray],
+                encoding: str = "utf-8", errors: str = "strict") -> None:
+    """The file's ids, encoded chunk by chunk into ``parts`` one after the other (slices of
+    bigger arrays, say its training head and its validation tail), whose lengths add up to
+    the file's characters."""
     ascii_table = tokenizer.encode("".join(map(chr, range(128))))
-    filled = 0
+    total, filled, k, at = sum(len(part) for part in parts), 0, 0, 0  # (the part being filled, and where)
     for piece in iter_text(path, encoding, errors):
-        end = filled + len(piece)
-        if end > n_chars:
+        if filled + len(piece) > total:
+            filled += len(piece)
             break
         if piece.isascii():
-            ids[filled:end] = ascii_table[np.frombuffer(piece.encode("ascii"), dtype=np.uint8)]
+            ids = ascii_table[np.frombuffer(piece.encode("ascii"), dtype=np.uint8)]
         else:
-            ids[filled:end] = tokenizer.encode(piece)
-        filled = end
-    if filled != n_chars:
+            ids = tokenizer.encode(piece)
+        filled += len(ids)
+        while len(ids):
+            while at == len(parts[k]):
+                k, at = k + 1, 0
+            take = min(len(ids), len(parts[k]) - at)
+            parts[k][at : at + take] = ids[:take]
+            ids, at = ids[take:], at + take
+    if filled != total:
         raise ChargenError(f"{path} changed while it was being read; train on a copy that stays put")
-    return ids

@@ -485,6 +485,11 @@ class Trainer:
         if "mode_reason" in corpus.source:  # --mode auto chose
             other = "stream" if self.mode.items else "lines"
             self.log(f"mode: {corpus.mode}: {corpus.source['mode_reason']} (--mode {other} to override)")
+        for line in corpus.source.get("skipped", []):
+            self.log(line)
+        if "files" in corpus.source:
+            kind = "their items pooled" if self.mode.items else "each a document, ended by a document break"
+            self.log(f"corpus: {len(corpus.source['files']):,} files, {corpus.source['chars']:,} characters, {kind}")
         self.log(f"{'resuming' if resume else 'training'} {self.run_dir}: {feed.describe()}, vocabulary "
                  f"{self.tokenizer.vocab_size}, {self.model.num_parameters():,} parameters, device {self.device} "
                  f"({precision_note})")

@@ -78,7 +78,7 @@ def files(tmp_path):
     "args, pattern",
     [
         (["train", "{d}/missing.txt"], "missing.txt: no such file"),
-        (["train", "{d}/folder"], "is a directory"),
+        (["train", "{d}/folder"], "no text files to train on"),
         (["train", "{d}/empty.txt"], "is empty"),
         (["train", "{d}/short.txt"], r"needs at least [\d,]+; give more text or use e.g. --batch-size"),
         (["train", "{d}/latin1.txt"], r"not valid utf-8: byte 0xe9 at offset 3 \(line 1\).*--encoding"),
