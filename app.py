@@ -29,6 +29,10 @@ from chargen import ChargenError
 from chargen.serving import AUTO, DEFAULTS, PRESETS, SCRATCH, Limits, Service, TextStream, TrainingView
 
 ROOT = Path(__file__).resolve().parent
+FOOTER_LINKS = ["api", "gradio", "settings"]  # ("Use via API": the named endpoints are the app's API)
+# One-click primes under the Generate tab, for the shipped models that are on the shelf.
+EXAMPLES = [["shakespeare", "ROMEO:\n"], ["shakespeare", "KING HENRY:\nOnce more"], ["shakespeare", "To be"],
+            ["names", "Mar"], ["names", ""]]
 
 
 # --- the handlers: the service's methods, its errors shown in the page's error box ---------
@@ -92,7 +96,9 @@ def shown_training(view: TrainingView, service: Service) -> tuple:
 def curve_frame(curve: list[tuple[float, float]]):
     import pandas as pd
 
-    return pd.DataFrame(curve, columns=["seconds", "validation bits/char"])
+    # Floats even when empty: an empty frame's columns would be read as categories, and the
+    # plot would then draw each value as a label (3.41 below 3.16).
+    return pd.DataFrame(curve, columns=["seconds", "validation bits/char"], dtype=float)
 
 
 # --- the page ------------------------------------------------------------------------------
@@ -124,6 +130,10 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, de
                 generate_button = gr.Button("Generate", variant="primary")
                 continue_button = gr.Button("Continue")
                 stop_button = gr.Button("Stop", variant="stop")
+            examples = [example for example in EXAMPLES if example[0] in shelf.names()]
+            if examples:
+                gr.Examples(examples, [model, prime], label="example primes (click one, then Generate)",
+                            api_visibility="private")
             output = gr.Textbox(label="text", lines=16, autoscroll=True, elem_id="output")
             writing = gr.State(time_to_live=3600)
 
@@ -157,7 +167,8 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, de
                 train_button = gr.Button("Start training", variant="primary")
                 stop_train_button = gr.Button("Stop and save", variant="stop")
             status = gr.Markdown()
-            curve = gr.LinePlot(curve_frame([]), x="seconds", y="validation bits/char", label="validation loss")
+            curve = gr.LinePlot(curve_frame([]), x="seconds", y="validation bits/char", label="validation loss",
+                                y_axis_format=".2f", x_axis_format="~g")
             samples = gr.Textbox(label="samples at the last validation", lines=8)
             train_button.click(start_training, [upload, corpus, preset, seconds, run_name, start_from],
                                [status, curve, samples, model, start_from], api_name="train", concurrency_limit=4)
@@ -169,12 +180,23 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, de
             card_text, prime_update = describe(value) if value else ("*no models found*", gr.update())
             return gr.update(choices=names, value=value), card_text, prime_update
 
-        demo.load(refresh, None, [model, card, prime], api_name=False)
+        demo.load(refresh, None, [model, card, prime], api_visibility="private")
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=limits.concurrency)
     return demo
 
 
 def main(argv: list[str] | None = None) -> None:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        demo = build_app(args.models, args.runs, device=args.device)
+    except ChargenError as e:  # e.g. --device cuda without a GPU
+        parser.error(str(e))
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share,
+                max_file_size=f"{Limits.max_upload_mb}mb", footer_links=FOOTER_LINKS)
+
+
+def make_parser() -> argparse.ArgumentParser:
     in_space = bool(os.environ.get("SPACE_ID"))
     parser = argparse.ArgumentParser(
         description="chargen's web demo: stream text from the models in --models and --runs, and train new ones.")
@@ -185,20 +207,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="port (default 7860)")
     parser.add_argument("--models", type=Path, default=ROOT / "models",
                         help="folder of model folders to serve (default: models/ beside app.py)")
-    parser.add_argument("--runs", type=Path, default=Path("runs"),
-                        help="folder of training runs, served too; the Train tab writes here (default runs/)")
+    parser.add_argument("--runs", type=Path, default=Path(os.environ.get("CHARGEN_RUNS") or "runs"),
+                        help="folder of training runs, served too; the Train tab writes here (default: "
+                        "$CHARGEN_RUNS, else runs/; on a Space, a mounted storage bucket keeps them over restarts)")
     parser.add_argument("--share", action="store_true",
                         help="also open a temporary public gradio.live link (off by default; needs network)")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps", "auto"],
                         help="where the models generate text (default cpu: for a few texts at a time a GPU is "
                         "no faster); training uses a GPU when there is one")
-    args = parser.parse_args(argv)
-    try:
-        demo = build_app(args.models, args.runs, device=args.device)
-    except ChargenError as e:  # e.g. --device cuda without a GPU
-        parser.error(str(e))
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share,
-                max_file_size=f"{Limits.max_upload_mb}mb", footer_links=["gradio", "settings"])
+    return parser
 
 
 if __name__ == "__main__":

@@ -201,7 +201,7 @@ def add_training_options(t: argparse.ArgumentParser) -> None:
     opt.add_argument("--tensorboard", action="store_true", default=None,
                      help="also write the metrics and samples for TensorBoard under RUN_DIR/tb (needs the "
                      "tensorboard package: pip install 'chargen[tensorboard]'); metrics.jsonl is written either way")
-    opt.add_argument("--device", help="auto (CUDA when present), cpu or cuda (default auto)")
+    opt.add_argument("--device", help="auto (CUDA when present), cpu, cuda or mps (an Apple GPU) (default auto)")
     opt.add_argument("--seed", type=seed, help=f"random seed (default {d['seed']})")
     opt.add_argument("--precision", choices=PRECISIONS,
                      help="autocast to bf16 or fp16 (with gradient scaling), or plain fp32; auto is bf16 "
@@ -229,7 +229,7 @@ def add_sample(commands: argparse._SubParsersAction) -> None:
                    help="lines mode: drop samples that are in the training list verbatim, and say how many were new")
     s.add_argument("--weights", choices=("best", "latest"), default="best",
                    help="best by validation (default) or the latest checkpoint")
-    s.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
+    s.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mps")
     s.add_argument("--output", metavar="FILE",
                    help="write the samples to FILE, in UTF-8 (default: stdout, where a character its "
                    "encoding cannot show is written as '?')")
@@ -244,7 +244,7 @@ def add_eval(commands: argparse._SubParsersAction) -> None:
                    help="what to do with bytes that are not valid in --encoding (default strict)")
     e.add_argument("--weights", choices=("best", "latest"), default="best",
                    help="best by validation (default) or the latest checkpoint")
-    e.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
+    e.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mps")
 
 
 def add_export(commands: argparse._SubParsersAction) -> None:
@@ -403,9 +403,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from .card import write_card
+
     out = checkpoint.export_run(Path(args.run_dir), Path(args.out_dir), args.weights, args.force)
+    card = write_card(out)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
-    print(f"exported {args.run_dir} ({args.weights} weights) to {out}: {size / 1e6:.1f} MB")
+    print(f"exported {args.run_dir} ({args.weights} weights) to {out}: {size / 1e6:.1f} MB, with a model card "
+          f"({card.name})")
     return 0
 
 

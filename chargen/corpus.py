@@ -32,6 +32,8 @@ PathLike = str | os.PathLike
 # token rather than a reset of the state, which would have to fall mid-chunk
 # (benchmarks/README.md, "Many files").
 DOCUMENT_END = EOS_ID
+# A folder with more files than this is refused: it is a folder above the texts (a home, /).
+MAX_FOLDER_FILES = 100_000
 # Validation is at most this much of a stream: enough to measure bpc to a few thousandths,
 # and a validation of a huge corpus then costs seconds, not hours.
 MAX_VAL_CHARS = 1_000_000
@@ -161,27 +163,41 @@ def corpus_files(paths: Sequence[PathLike], encoding: str = "utf-8") -> tuple[li
         if not given.is_dir():
             files.setdefault(check_file(given).resolve(), given)
             continue
-        for root, folders, names in os.walk(given):
-            for folder in sorted(folders):
-                if folder.startswith("."):
-                    skipped.append(f"skipped {Path(root) / folder}/: a hidden folder")
-            folders[:] = sorted(f for f in folders if not f.startswith("."))
-            for name in sorted(names):
-                path = Path(root) / name
-                why = "a hidden file" if name.startswith(".") else not_text(path, encoding)
-                if why:
-                    skipped.append(f"skipped {path}: {why}")
-                else:
-                    files.setdefault(path.resolve(), path)
+        for path in folder_files(given, skipped):
+            why = "a hidden file" if path.name.startswith(".") else not_text(path, encoding)
+            if why:
+                skipped.append(f"skipped {path}: {why}")
+            else:
+                files.setdefault(path.resolve(), path)
     if not files:
         raise ChargenError(f"{' '.join(map(str, paths))}: no text files to train on"
                            + (f" ({len(skipped)} skipped: {skipped[0]})" if skipped else ""))
     return list(files.values()), skipped
 
 
+def folder_files(folder: Path, skipped: list[str]) -> list[Path]:
+    """The files in ``folder`` and its subfolders, sorted, hidden folders left out (and
+    named in ``skipped``); refused past MAX_FOLDER_FILES before any is opened."""
+    found: list[Path] = []
+    for root, folders, names in os.walk(folder):
+        for name in sorted(folders):
+            if name.startswith("."):
+                skipped.append(f"skipped {Path(root) / name}/: a hidden folder")
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        found += [Path(root) / name for name in sorted(names)]
+        if len(found) > MAX_FOLDER_FILES:
+            raise ChargenError(f"{folder} holds more than {MAX_FOLDER_FILES:,} files; give the folder of your "
+                               "texts, not one above it")
+    return found
+
+
 def not_text(path: Path, encoding: str) -> str | None:
     """Why a folder's file is left out (None: it is taken), judged from its first 8 KB."""
     try:
+        if not path.is_file():  # (a pipe or a device would block, or never end)
+            return "not a regular file"
+        if path.stat().st_size == 0:  # (also what a kernel's files in /proc say: never read)
+            return "empty"
         with path.open("rb") as f:
             head = f.read(8192)
     except OSError as e:

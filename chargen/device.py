@@ -22,20 +22,26 @@ from .errors import ChargenError
 
 
 def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` is CUDA when present, else CPU; ``cuda``/``cuda:N`` must exist."""
+    """``auto`` is CUDA when present, else CPU; ``cuda``/``cuda:N`` and ``mps`` (an Apple
+    GPU, asked for by name) must exist."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError):
-        raise ChargenError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+        raise ChargenError(f"unknown device {name!r}; use auto, cpu, cuda or mps") from None
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ChargenError("--device mps was asked for but this machine has no MPS (an Apple-silicon GPU, with a "
+                               "macOS build of torch); use --device cpu")
+        return torch.device("mps")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ChargenError("--device cuda was asked for but no CUDA GPU is available; use --device cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ChargenError(f"{name}: there are only {torch.cuda.device_count()} CUDA devices")
     elif device.type != "cpu":
-        raise ChargenError(f"unsupported device {name!r}; use auto, cpu or cuda")
+        raise ChargenError(f"unsupported device {name!r}; use auto, cpu, cuda or mps")
     return device
 
 
@@ -108,7 +114,7 @@ def resolve_precision(name: str, device: torch.device) -> tuple[torch.dtype | No
     GPUs without bf16, and its gradients are scaled against underflow."""
     if name not in PRECISIONS:
         raise ChargenError(f"--precision must be one of {', '.join(PRECISIONS)}, not {name!r}")
-    where = "this GPU" if device.type == "cuda" else "this CPU"
+    where = {"cuda": "this GPU", "mps": "this GPU (MPS)"}.get(device.type, "this CPU")
     if name == "fp32":
         return None, "fp32"
     if name == "fp16" and device.type != "cuda":  # oneDNN's CPU LSTM has no fp16 kernel
@@ -127,6 +133,8 @@ def resolve_precision(name: str, device: torch.device) -> tuple[torch.dtype | No
     if device.type == "cuda":
         if not bf16_is_native(device):
             return None, f"fp32: {where} has no native bf16"
+        return torch.bfloat16, "bf16 autocast"
+    if device.type == "mps":  # (bf16 where its kernels run: macOS 14 and later; else fp32 above)
         return torch.bfloat16, "bf16 autocast"
     speedup = bf16_speedup(device)
     if speedup < MIN_BF16_SPEEDUP:

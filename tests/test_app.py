@@ -143,12 +143,16 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def test_browser_types_a_prime_and_sees_text(served):
-    """A real browser: load the page, type a prime, click Generate, see the text appear."""
+def needs_a_browser() -> None:
     if chromium() is None or not _has_playwright():
         if os.environ.get("CI"):
             pytest.fail("CI must have Chromium and playwright (see .ci/run)")
         pytest.skip("needs Debian's chromium and the playwright package")
+
+
+def test_browser_types_a_prime_and_sees_text(served):
+    """A real browser: load the page, type a prime, click Generate, see the text appear."""
+    needs_a_browser()
     from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -161,7 +165,40 @@ def test_browser_types_a_prime_and_sees_text(served):
             page.get_by_role("button", name="Generate", exact=True).click()
             output = page.locator("#output textarea")
             expect(output).to_have_value(re.compile(r"^the king .{100,}", re.S), timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / "app-generate-tiny.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+def test_each_tab_as_a_user_sees_it(tmp_path):
+    """The shipped models, as the app serves them: an example prime clicked and generated
+    from, and a 30-second training with its curve. The README's pictures of the two tabs
+    (docs/app-generate.png and docs/app-train.png are copies of tests/artifacts/)."""
+    needs_a_browser()
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with start_app(["--models", str(ROOT / "models"), "--runs", str(tmp_path / "runs")], cwd=tmp_path) as (url, _), \
+            sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1000})
+            page.goto(url)
+            page.get_by_text("KING HENRY: Once more").click()  # (an example row fills model and prime)
+            expect(page.get_by_label("prime")).to_have_value("KING HENRY:\nOnce more")
+            page.get_by_label("seed (-1: random)").fill("3")
+            page.get_by_role("button", name="Generate", exact=True).click()
+            output = page.locator("#output textarea")
+            expect(output).to_have_value(re.compile(r"^KING HENRY:\nOnce more.{500}", re.S), timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "app-generate.png"), full_page=True)
+            page.get_by_role("tab", name="Train").click()
+            page.get_by_label("tiny (1x128)").check()
+            page.get_by_label("number input for time budget (seconds)").fill("30")
+            page.get_by_label("number input for time budget (seconds)").press("Enter")
+            page.get_by_role("button", name="Start training").click()
+            expect(page.get_by_text(re.compile("reached its time budget"))).to_be_visible(timeout=90_000)
+            page.wait_for_timeout(1000)  # (the last curve point is drawn)
+            page.screenshot(path=str(ARTIFACTS / "app-train.png"), full_page=True)
         finally:
             browser.close()
 

@@ -218,7 +218,7 @@ def test_export_writes_a_servable_model_folder(tmp_path, capsys, trained_run):
     out = tmp_path / "models" / "tiny"
     assert main(["export", str(trained_run), str(out)]) == 0
     assert "exported" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json"]
     original, exported = chargen.load(trained_run), chargen.load(out)
     assert exported.generate("the ", 50, seed=3) == original.generate("the ", 50, seed=3)
     assert exported.config["summary"] == original.config["summary"]

@@ -104,3 +104,15 @@ def test_the_cli_trains_on_files_and_folders_and_names_what_it_skips(folder, tmp
     assert main(["train", str(nothing), "--out", str(tmp_path / "none"), *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no text files to train on" in err[0] and not (tmp_path / "none").exists()
+
+
+def test_pipes_are_never_opened_and_a_folder_above_the_texts_is_refused(folder, monkeypatch):
+    import os
+
+    from chargen import corpus
+
+    os.mkfifo(folder / "pipe.txt")  # (opening it to read would block for ever)
+    assert f"skipped {folder / 'pipe.txt'}: not a regular file" in load_corpus(folder, mode="stream").source["skipped"]
+    monkeypatch.setattr(corpus, "MAX_FOLDER_FILES", 5)
+    with pytest.raises(ChargenError, match="holds more than 5 files; give the folder of your texts"):
+        load_corpus(folder.parent, mode="stream")

@@ -123,3 +123,28 @@ def test_a_resumed_auto_run_keeps_its_precision(tmp_path, corpus_file, monkeypat
     train(corpus, tmp_path / "run", None, tiny_train(steps=8, eval_every=2), resume=True, log=lines.append)
     assert read_config(tmp_path / "run")["precision_used"] == first
     assert any("as the run trained so far" in line for line in lines)
+
+
+def test_mps_is_a_clear_error_where_there_is_none_and_falls_back_to_fp32_without_bf16(monkeypatch, tmp_path, capsys):
+    """--device mps: refused in one line on a machine without an Apple GPU; where there is
+    one, auto takes bf16 only where its autocast runs, else fp32, and says why."""
+    from chargen.cli import main as cli_main
+
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ChargenError, match="no MPS .*use --device cpu"):
+            device_module.resolve_device("mps")
+        text = tmp_path / "t.txt"
+        text.write_text("some text to train on\n" * 200)
+        assert cli_main(["train", str(text), "--device", "mps", "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--device mps" in err[0] and not (tmp_path / "r").exists()
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    mps = device_module.resolve_device("mps")
+    assert mps == torch.device("mps")
+    monkeypatch.setattr(device_module, "autocast_problem", lambda device, dtype: "no bf16 kernel for this op")
+    assert device_module.resolve_precision("auto", mps) == (
+        None, "fp32: bf16 autocast does not run on this GPU (MPS): no bf16 kernel for this op")
+    monkeypatch.setattr(device_module, "autocast_problem", lambda device, dtype: None)
+    assert device_module.resolve_precision("auto", mps) == (torch.bfloat16, "bf16 autocast")
+    with pytest.raises(ChargenError, match="fp16 is for CUDA"):
+        device_module.resolve_precision("fp16", mps)

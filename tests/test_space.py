@@ -27,19 +27,61 @@ def test_front_matter_names_a_gradio_space():
     assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py"
     assert (ROOT / meta["app_file"]).is_file()
     assert re.fullmatch(r"3\.\d+", meta["python_version"])
+    # (the Hub's hardware flavours; a CPU app: sampling and training are CPU work)
+    assert meta.get("suggested_hardware") in {"cpu-basic", "cpu-upgrade", "t4-small", "t4-medium", "l4x1"}
 
 
 def test_one_gradio_release_everywhere():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     pins = {spec for group in pyproject["project"]["optional-dependencies"].values() for spec in group
             if spec.startswith("gradio")}
-    requirements = [line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
-                    if line.strip() and not line.startswith(("#", "-"))]
+    requirements = requirement_lines()
     pins |= {spec for spec in requirements if spec.startswith("gradio")}
     assert pins == {f"gradio=={front_matter()['sdk_version']}"}
     # Spaces install requirements.txt before the repository is in place: it lists what the
     # package needs rather than the package itself.
-    assert set(pyproject["project"]["dependencies"]) <= set(requirements)
+    assert {package(spec) for spec in pyproject["project"]["dependencies"]} <= set(map(package, requirements))
+
+
+def requirement_lines() -> list[str]:
+    lines = (line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("-")]
+
+
+def package(spec: str) -> str:
+    return re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].lower()
+
+
+def test_one_torch_release_everywhere():
+    """The Space installs the torch release that CI tests and the README's commands name."""
+    pins = [spec for spec in requirement_lines() if package(spec) == "torch"]
+    assert len(pins) == 1 and re.fullmatch(r"torch==\d+\.\d+\.\d+", pins[0]), pins
+    ci = re.findall(r"torch==[\d.]+", (ROOT / ".ci" / "run").read_text())
+    readme = re.findall(r"pip install (torch==[\d.]+)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert ci and readme and set(ci) == set(readme) == {pins[0]}
+
+
+def test_every_binary_file_is_tracked_by_lfs():
+    """The Hub takes binary files in a git push only through LFS: each one in the tree
+    matches a pattern of .gitattributes that sends it there."""
+    patterns = [line.split()[0] for line in (ROOT / ".gitattributes").read_text().splitlines()
+                if line.strip() and not line.startswith("#") and "filter=lfs" in line]
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    binary = [name.decode() for name in files if name and is_binary(ROOT / name.decode())]
+    assert binary and "models/shakespeare/model.safetensors" in binary
+    for name in binary:
+        assert any(Path(name).match(pattern) for pattern in patterns), f"{name} is binary and not in LFS"
+
+
+def is_binary(path: Path) -> bool:
+    head = path.read_bytes()[:8192] if path.is_file() else b""
+    if b"\0" in head:
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start < len(head) - 4  # (not a character cut at the end of the head)
+    return False
 
 
 def test_app_help_lists_its_options():
