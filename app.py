@@ -105,84 +105,91 @@ def curve_frame(curve: list[tuple[float, float]]):
 def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, device: str = "cpu") -> gr.Blocks:
     limits = limits or Limits()
     service = Service(models_dir, runs_dir, ROOT / "corpora", limits, device=device)
-    shelf = service.shelf
     generate, continue_, describe, start_training, stop_training = make_handlers(service)
 
     with gr.Blocks(title="chargen") as demo:
         gr.Markdown("# chargen\nCharacter-level LSTMs, trained fast on any text. Pick a model and generate, "
                     "or train your own in the Train tab.")
         with gr.Tab("Generate"):
-            with gr.Row():
-                model = gr.Dropdown(shelf.names(), value=shelf.default(), label="model", allow_custom_value=True,
-                                    scale=3)
-            card = gr.Markdown()
-            prime = gr.Textbox(label="prime", lines=2, max_length=limits.max_prime)
-            with gr.Row():
-                length = gr.Slider(1, limits.max_length, value=DEFAULTS.length, step=1, label="length (characters)")
-                num_samples = gr.Slider(1, limits.max_samples, value=1, step=1, label="samples")
-                seed = gr.Number(-1, label="seed (-1: random)", precision=0, minimum=-1)
-            with gr.Accordion("sampling", open=False), gr.Row():
-                temperature = gr.Slider(0.0, 2.0, value=DEFAULTS.temperature, step=0.05,
-                                        label="temperature (0: greedy)")
-                top_k = gr.Slider(0, 200, value=DEFAULTS.top_k, step=1, label="top-k (0: off)")
-                top_p = gr.Slider(0.01, 1.0, value=DEFAULTS.top_p, step=0.01, label="top-p (1: off)")
-            with gr.Row():
-                generate_button = gr.Button("Generate", variant="primary")
-                continue_button = gr.Button("Continue")
-                stop_button = gr.Button("Stop", variant="stop")
-            examples = [example for example in EXAMPLES if example[0] in shelf.names()]
-            if examples:
-                gr.Examples(examples, [model, prime], label="example primes (click one, then Generate)",
-                            api_visibility="private")
-            output = gr.Textbox(label="text", lines=16, autoscroll=True, elem_id="output")
-            writing = gr.State(time_to_live=3600)
-
-            generating = generate_button.click(
-                generate, [model, prime, length, temperature, top_k, top_p, seed, num_samples], [output, writing],
-                api_name="generate", concurrency_limit=None)  # (bounded by the sampling loop)
-            continuing = continue_button.click(
-                continue_, [writing, model, length, temperature, top_k, top_p], [output, writing],
-                api_name="continue", concurrency_limit=None)
-            stop_button.click(None, cancels=[generating, continuing])
-            model.change(describe, model, [card, prime], api_name="describe")
-
+            model, card, prime = generate_tab(service, limits, generate, continue_, describe)
         with gr.Tab("Train"):
-            gr.Markdown(f"Train a model on your own text (plain .txt, up to {limits.max_upload_mb} MB) or on a "
-                        "shipped corpus. One training runs on the server at a time. A file of short items, "
-                        "one per line (names, titles), is trained in lines mode.")
-            with gr.Row():
-                upload = gr.File(label="your text (.txt)", file_types=[".txt"], type="filepath")
-                corpus = gr.Dropdown(list(service.corpora()), value="shakespeare.txt",
-                                     label="or a shipped corpus", allow_custom_value=True)
-            with gr.Row():
-                preset = gr.Radio(list(PRESETS), value=AUTO, label="model size",
-                                  info="auto: a quick speed test picks the size that should do best in the time")
-                seconds = gr.Slider(limits.min_train_seconds, limits.max_train_seconds, value=60, step=10,
-                                    label="time budget (seconds)")
-                run_name = gr.Textbox(label="run name (optional)", max_length=48)
-            start_from = gr.Dropdown([SCRATCH, *shelf.names()], value=SCRATCH, label="start from",
-                                     info="a model to fine-tune on the text, in its own size and mode (the model "
-                                     "size above then does not apply)")
-            with gr.Row():
-                train_button = gr.Button("Start training", variant="primary")
-                stop_train_button = gr.Button("Stop and save", variant="stop")
-            status = gr.Markdown()
-            curve = gr.LinePlot(curve_frame([]), x="seconds", y="validation bits/char", label="validation loss",
-                                y_axis_format=".2f", x_axis_format="~g")
-            samples = gr.Textbox(label="samples at the last validation", lines=8)
-            train_button.click(start_training, [upload, corpus, preset, seconds, run_name, start_from],
-                               [status, curve, samples, model, start_from], api_name="train", concurrency_limit=4)
-            stop_train_button.click(stop_training, None, status, api_name="stop_training")
+            train_tab(service, limits, model, start_training, stop_training)
 
         def refresh():
-            names = shelf.names()
-            value = shelf.default()
+            names, value = service.shelf.names(), service.shelf.default()
             card_text, prime_update = describe(value) if value else ("*no models found*", gr.update())
             return gr.update(choices=names, value=value), card_text, prime_update
 
         demo.load(refresh, None, [model, card, prime], api_visibility="private")
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=limits.concurrency)
     return demo
+
+
+def generate_tab(service: Service, limits: Limits, generate, continue_, describe) -> tuple:
+    """The Generate tab's components and events; its model list, card and prime."""
+    shelf = service.shelf
+    with gr.Row():
+        model = gr.Dropdown(shelf.names(), value=shelf.default(), label="model", allow_custom_value=True, scale=3)
+    card = gr.Markdown()
+    prime = gr.Textbox(label="prime", lines=2, max_length=limits.max_prime)
+    with gr.Row():
+        length = gr.Slider(1, limits.max_length, value=DEFAULTS.length, step=1, label="length (characters)")
+        num_samples = gr.Slider(1, limits.max_samples, value=1, step=1, label="samples")
+        seed = gr.Number(-1, label="seed (-1: random)", precision=0, minimum=-1)
+    with gr.Accordion("sampling", open=False), gr.Row():
+        temperature = gr.Slider(0.0, 2.0, value=DEFAULTS.temperature, step=0.05, label="temperature (0: greedy)")
+        top_k = gr.Slider(0, 200, value=DEFAULTS.top_k, step=1, label="top-k (0: off)")
+        top_p = gr.Slider(0.01, 1.0, value=DEFAULTS.top_p, step=0.01, label="top-p (1: off)")
+    with gr.Row():
+        generate_button = gr.Button("Generate", variant="primary")
+        continue_button = gr.Button("Continue")
+        stop_button = gr.Button("Stop", variant="stop")
+    examples = [example for example in EXAMPLES if example[0] in shelf.names()]
+    if examples:
+        gr.Examples(examples, [model, prime], label="example primes (click one, then Generate)",
+                    api_visibility="private")
+    output = gr.Textbox(label="text", lines=16, autoscroll=True, elem_id="output")
+    writing = gr.State(time_to_live=3600)
+
+    generating = generate_button.click(
+        generate, [model, prime, length, temperature, top_k, top_p, seed, num_samples], [output, writing],
+        api_name="generate", concurrency_limit=None)  # (bounded by the sampling loop)
+    continuing = continue_button.click(
+        continue_, [writing, model, length, temperature, top_k, top_p], [output, writing],
+        api_name="continue", concurrency_limit=None)
+    stop_button.click(None, cancels=[generating, continuing])
+    model.change(describe, model, [card, prime], api_name="describe")
+    return model, card, prime
+
+
+def train_tab(service: Service, limits: Limits, model: gr.Dropdown, start_training, stop_training) -> None:
+    """The Train tab; a finished run joins ``model``'s list (and the start-from list)."""
+    gr.Markdown(f"Train a model on your own text (plain .txt, up to {limits.max_upload_mb} MB) or on a "
+                "shipped corpus. One training runs on the server at a time. A file of short items, "
+                "one per line (names, titles), is trained in lines mode.")
+    with gr.Row():
+        upload = gr.File(label="your text (.txt)", file_types=[".txt"], type="filepath")
+        corpus = gr.Dropdown(list(service.corpora()), value="shakespeare.txt",
+                             label="or a shipped corpus", allow_custom_value=True)
+    with gr.Row():
+        preset = gr.Radio(list(PRESETS), value=AUTO, label="model size",
+                          info="auto: a quick speed test picks the size that should do best in the time")
+        seconds = gr.Slider(limits.min_train_seconds, limits.max_train_seconds, value=60, step=10,
+                            label="time budget (seconds)")
+        run_name = gr.Textbox(label="run name (optional)", max_length=48)
+    start_from = gr.Dropdown([SCRATCH, *service.shelf.names()], value=SCRATCH, label="start from",
+                             info="a model to fine-tune on the text, in its own size and mode (the model "
+                             "size above then does not apply)")
+    with gr.Row():
+        train_button = gr.Button("Start training", variant="primary")
+        stop_train_button = gr.Button("Stop and save", variant="stop")
+    status = gr.Markdown()
+    curve = gr.LinePlot(curve_frame([]), x="seconds", y="validation bits/char", label="validation loss",
+                        y_axis_format=".2f", x_axis_format="~g")
+    samples = gr.Textbox(label="samples at the last validation", lines=8)
+    train_button.click(start_training, [upload, corpus, preset, seconds, run_name, start_from],
+                       [status, curve, samples, model, start_from], api_name="train", concurrency_limit=4)
+    stop_train_button.click(stop_training, None, status, api_name="stop_training")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -124,10 +124,9 @@ class TrainedModel:
         return {"loss": loss, "bpc": bpc(loss), "chars": len(ids)}
 
 
-def load(run_dir: str | os.PathLike, device: str = "auto", weights: str = "best") -> TrainedModel:
-    """Load a run folder written by ``chargen train``. ``weights`` is ``best`` (by
-    validation; the default) or ``latest``."""
-    run_dir = Path(run_dir)
+def read_folder(run_dir: Path) -> tuple[dict, CharTokenizer, ModelConfig]:
+    """A run or model folder's config, vocabulary and model settings, checked against each
+    other (the weights are not read)."""
     config = checkpoint.read_config(run_dir)
     tokenizer = checkpoint.read_tokenizer(run_dir)
     try:
@@ -136,6 +135,14 @@ def load(run_dir: str | os.PathLike, device: str = "auto", weights: str = "best"
         raise ChargenError(f"{run_dir / checkpoint.CONFIG} has a bad model section ({e})") from None
     if model_config.vocab_size != tokenizer.vocab_size:
         raise ChargenError(f"{run_dir}: config.json and tokenizer.json disagree on the vocabulary size")
+    return config, tokenizer, model_config
+
+
+def load(run_dir: str | os.PathLike, device: str = "auto", weights: str = "best") -> TrainedModel:
+    """Load a run folder written by ``chargen train``. ``weights`` is ``best`` (by
+    validation; the default) or ``latest``."""
+    run_dir = Path(run_dir)
+    config, tokenizer, model_config = read_folder(run_dir)
     model = CharLSTM(model_config)
     checkpoint.load_weights(model, checkpoint.weights_path(run_dir, weights))
     return TrainedModel(model.to(resolve_device(device)), tokenizer, config, run_dir)

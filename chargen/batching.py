@@ -155,7 +155,7 @@ class Rows:
             self.state = tuple(torch.cat(parts, 1) for parts in zip(*(s.state for s in samplers), strict=True))
             self.options = prepare(*(torch.cat(parts) for parts in zip(*(g.per_row for g in members), strict=True)),
                                    vocab)
-        self.race = torch.empty(ends[-1], vocab, dtype=torch.float64, device=samplers[0].device)
+        self.race = torch.empty(ends[-1], vocab, dtype=samplers[0].race_dtype, device=samplers[0].device)
 
     def write_back(self) -> None:
         for g, (start, end) in zip(self.members, self.spans, strict=True):

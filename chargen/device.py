@@ -45,6 +45,12 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
+def wide_dtype(device: torch.device | str) -> torch.dtype:
+    """The widest float of ``device``, for sums and random draws: float64, but float32 on
+    MPS (Apple GPUs have no float64)."""
+    return torch.float32 if torch.device(device).type == "mps" else torch.float64
+
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # auto takes bf16 on a CPU only where it trains at least this much faster than fp32. Native

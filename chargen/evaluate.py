@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .corpus import Streams
+from .device import wide_dtype
 from .distributed import SINGLE, Ranks
 from .lines import IGNORE, LineItems
 
@@ -39,7 +40,7 @@ def evaluate_streams(model: torch.nn.Module, streams: Streams, bptt: int = 256, 
     and the sums are added up."""
     was_training = model.training
     model.eval()
-    sums = torch.zeros(2, dtype=torch.float64, device=streams.data.device)  # loss, targets
+    sums = torch.zeros(2, dtype=wide_dtype(streams.data.device), device=streams.data.device)  # loss, targets
     end = streams.length - 1 if positions is None else min(positions, streams.length - 1)
     position, state = 0, None
     while streams.n_streams and position < end:
@@ -63,7 +64,7 @@ def evaluate_items(model: torch.nn.Module, items: LineItems, max_positions: int 
     model.eval()
     device = next(model.parameters()).device
     order = np.argsort(items.lengths[:count], kind="stable")[ranks.rank :: ranks.world]
-    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, targets
+    sums = torch.zeros(2, dtype=wide_dtype(device), device=device)  # loss, targets
     start = 0
     while start < len(order):
         # As many items as fit in max_positions at the length of the longest (the last).

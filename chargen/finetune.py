@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from . import checkpoint
+from .api import read_folder
 from .checkpoint import load_tensors
 from .corpus import Corpus
 from .errors import ChargenError
@@ -61,14 +62,7 @@ def read_source(path: str | Path) -> Source:
     if not path.is_dir():
         raise ChargenError(f"--init-from {path}: no such run or model folder; give a folder 'chargen train' "
                            "or 'chargen export' wrote (for example models/shakespeare)")
-    config = checkpoint.read_config(path)
-    tokenizer = checkpoint.read_tokenizer(path)
-    try:
-        model = ModelConfig.from_dict(config["model"])
-    except (TypeError, ChargenError) as e:
-        raise ChargenError(f"{path / checkpoint.CONFIG} has a bad model section ({e})") from None
-    if model.vocab_size != tokenizer.vocab_size:
-        raise ChargenError(f"{path}: config.json and tokenizer.json disagree on the vocabulary size")
+    config, tokenizer, model = read_folder(path)
     return Source(path, checkpoint.weights_path(path, "best"), model, tokenizer, config.get("mode", "stream"),
                   config.get("default_prime", ""))
 

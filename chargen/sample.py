@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .device import wide_dtype
 from .errors import ChargenError
 from .model import CharLSTM, LeanState, LeanStep, State
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, CharTokenizer
@@ -83,7 +84,7 @@ def prepare(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
     greedy = temperature < tiny  # 0, or too small for float32 to tell from 0
     # The temperature kept within float32: no temperature, however small or large, makes an
     # inf or a 0 x inf (and so a NaN softmax) of the shifted logits.
-    scale = torch.where(greedy, 1.0, temperature.double().clamp(max=largest)).float().unsqueeze(-1)
+    scale = torch.where(greedy, 1.0, temperature.clamp(max=largest)).float().unsqueeze(-1)
     k = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
     cut = top_p < 1.0
     return Prepared(scale, greedy if bool(greedy.any()) else None,
@@ -107,21 +108,23 @@ def pick_prepared(logits: torch.Tensor, options: Prepared, race: torch.Tensor) -
         kept = sorted_logits.masked_fill(drop, float("-inf"))
         scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, kept)
     # (a draw of exactly 0 would make 0/0 for a banned id: it is kept above 0)
-    drawn = (scaled.softmax(dim=-1).double() / race.clamp(min=torch.finfo(race.dtype).tiny)).argmax(dim=-1)
+    drawn = (scaled.softmax(dim=-1).to(race.dtype) / race.clamp(min=torch.finfo(race.dtype).tiny)).argmax(dim=-1)
     return drawn if options.greedy is None else torch.where(options.greedy, logits.argmax(dim=-1), drawn)
 
 
 def draw_race(rows: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
-    """Exp(1) draws (rows, vocab) in float64 from ``generator``: a row's next random numbers."""
-    return torch.empty(rows, vocab, dtype=torch.float64, device=generator.device).exponential_(generator=generator)
+    """Exp(1) draws (rows, vocab) in float64 (float32 on MPS) from ``generator``: a row's next
+    random numbers."""
+    return torch.empty(rows, vocab, dtype=wide_dtype(generator.device),
+                       device=generator.device).exponential_(generator=generator)
 
 
 def row_options(options: SamplingOptions, rows: int, device: torch.device | str = "cpu"
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``options`` as the (rows,) tensors ``pick`` takes."""
-    return (torch.full((rows,), options.temperature, dtype=torch.float64, device=device),
+    return (torch.full((rows,), options.temperature, dtype=wide_dtype(device), device=device),
             torch.full((rows,), options.top_k, dtype=torch.long, device=device),
-            torch.full((rows,), options.top_p, dtype=torch.float64, device=device))
+            torch.full((rows,), options.top_p, dtype=wide_dtype(device), device=device))
 
 
 def pick_next(
@@ -196,6 +199,7 @@ class Sampler:
         self._chars = [""] * len(SPECIALS) + tokenizer.chars
         self.vocab_size = len(self._chars)
         self.device = model.head.weight.device
+        self.race_dtype = wide_dtype(self.device)
         self._generator = make_generator(seed, self.device)
         banned = (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
         self.banned = torch.tensor(banned, dtype=torch.long, device=self.device)
@@ -230,12 +234,12 @@ class Sampler:
 
     def race(self) -> torch.Tensor:
         """This step's random draws for every sample (see ``pick``)."""
-        out = torch.empty(self.num_samples, self.vocab_size, dtype=torch.float64, device=self.device)
+        out = torch.empty(self.num_samples, self.vocab_size, dtype=self.race_dtype, device=self.device)
         self.race_into(out)
         return out
 
     def race_into(self, out: torch.Tensor) -> None:
-        """``race`` written into ``out`` (num_samples, vocab; contiguous, float64), where a
+        """``race`` written into ``out`` (num_samples, vocab; contiguous, ``wide_dtype``), where a
         batch keeps one buffer for all its rows: the one place a sampler draws."""
         out.exponential_(generator=self._generator)
 

@@ -148,3 +148,5 @@ def test_mps_is_a_clear_error_where_there_is_none_and_falls_back_to_fp32_without
     assert device_module.resolve_precision("auto", mps) == (torch.bfloat16, "bf16 autocast")
     with pytest.raises(ChargenError, match="fp16 is for CUDA"):
         device_module.resolve_precision("fp16", mps)
+    # Sums and random draws in float64, but float32 on MPS, which has no float64.
+    assert device_module.wide_dtype(mps) is torch.float32 and device_module.wide_dtype("cpu") is torch.float64
