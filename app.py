@@ -24,6 +24,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import gradio as gr
+from starlette.requests import Request
+from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
 
 from chargen import ChargenError
 from chargen.serving import AUTO, DEFAULTS, PRESETS, SCRATCH, Limits, Service, TextStream, TrainingView
@@ -122,6 +125,7 @@ def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, de
 
         demo.load(refresh, None, [model, card, prime], api_visibility="private")
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=limits.concurrency)
+    demo.service = service  # (main serves its models' web pages)
     return demo
 
 
@@ -200,7 +204,25 @@ def main(argv: list[str] | None = None) -> None:
     except ChargenError as e:  # e.g. --device cuda without a GPU
         parser.error(str(e))
     demo.launch(server_name=args.host, server_port=args.port, share=args.share,
-                max_file_size=f"{Limits.max_upload_mb}mb", footer_links=FOOTER_LINKS)
+                max_file_size=f"{Limits.max_upload_mb}mb", footer_links=FOOTER_LINKS,
+                app_kwargs={"routes": web_routes(demo.service)})
+
+
+def web_routes(service: Service) -> list[Route]:
+    """``/web/<model>/``: each model's static page, whose sampling runs in the visitor's
+    browser (chargen.web). Gradio's server sends the files; a name not on the shelf is a 404."""
+    async def page(request: Request) -> Response:
+        path = request.path_params["path"]
+        name, _, file = path.rpartition("/")
+        if not name:  # /web/<model>: the page's files are relative to the folder
+            return RedirectResponse(f"{request.url.path}/")
+        try:
+            found = await asyncio.to_thread(service.pages.file, name, file or "index.html")
+        except ChargenError as e:
+            return PlainTextResponse(str(e), status_code=404)
+        return FileResponse(found, headers={"Cache-Control": "no-cache"})
+
+    return [Route("/web/{path:path}", page)]
 
 
 def make_parser() -> argparse.ArgumentParser:

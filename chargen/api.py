@@ -17,6 +17,7 @@ from .evaluate import bpc, evaluate_items, evaluate_streams
 from .lines import file_items, item_tokenizer, known_items, read_item_hashes
 from .model import CharLSTM, LeanStep, ModelConfig
 from .modes import ModeName, mode_of
+from .portable import RNGS, PortableModel, PortableSampler
 from .sample import DEFAULTS, LEAN_MAX_SAMPLES, Sampler, collect
 from .textfile import encode_file, scan_text, tokenizer_for
 from .tokenizer import CharTokenizer, recode, unknown_chars_error
@@ -36,6 +37,7 @@ class TrainedModel:
         self.default_prime: str = "" if self.kind.items else config.get("default_prime") or tokenizer.chars[0]
         self._item_hashes: torch.Tensor | None = None
         self._step: LeanStep | None = None  # built once: every sampler shares it
+        self._portable: PortableModel | None = None
 
     @property
     def device(self) -> torch.device:
@@ -51,17 +53,27 @@ class TrainedModel:
         top_k: int = DEFAULTS.top_k,
         top_p: float = DEFAULTS.top_p,
         seed: int | None = None,
+        rng: str = "torch",
     ) -> Iterator[list[str]]:
         """Yields, for each step, the new character of each of ``num_samples`` samples,
         all drawn in parallel as one batch. In lines mode ``prime`` starts each item and
-        ``length`` caps it; a sample that has reached its end yields ""."""
-        return self.sampler(prime, num_samples=num_samples, seed=seed).pieces(length, temperature, top_k, top_p)
+        ``length`` caps it; a sample that has reached its end yields "". ``rng``:
+        ``portable`` draws the text that the page of ``chargen export --web`` draws for
+        the same seed (chargen.portable)."""
+        sampler = self.sampler(prime, num_samples=num_samples, seed=seed, rng=rng)
+        return sampler.pieces(length, temperature, top_k, top_p)
 
-    def sampler(self, prime: str = "", *, num_samples: int = 1, seed: int | None = None) -> Sampler:
+    def sampler(self, prime: str = "", *, num_samples: int = 1, seed: int | None = None, rng: str = "torch"
+                ) -> Sampler | PortableSampler:
         """A ``Sampler`` started from ``prime``: call its ``pieces`` to draw text, and again
         to continue from where it stopped."""
         # An empty prime feeds the run's default (a newline for most texts; in lines mode
         # nothing: items start from <bos>), not shown.
+        if rng not in RNGS:
+            raise ChargenError(f"--rng is one of {', '.join(RNGS)}, not {rng!r}")
+        if rng == "portable":
+            return PortableSampler(self.portable(), self.tokenizer, prime or self.default_prime,
+                                   num_samples=num_samples, seed=seed, items=self.kind.items)
         step = self.stepper() if num_samples <= LEAN_MAX_SAMPLES else None
         return Sampler(self.model, self.tokenizer, prime or self.default_prime, num_samples=num_samples, seed=seed,
                        items=self.kind.items, step=step)
@@ -71,6 +83,12 @@ class TrainedModel:
         if self._step is None:
             self._step = self.model.stepper()
         return self._step
+
+    def portable(self) -> PortableModel:
+        """The model in the portable arithmetic, built once."""
+        if self._portable is None:
+            self._portable = PortableModel(self.model)
+        return self._portable
 
     def stream(self, prime: str = "", length: int = DEFAULTS.length, **options) -> Iterator[str]:
         """Yields the continuation of ``prime`` a character at a time (for live display)."""

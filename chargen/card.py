@@ -53,9 +53,8 @@ def sample_of(model_dir: Path, items: bool) -> str:
 
 def card_text(model_dir: Path) -> str:
     config = checkpoint.read_config(model_dir)
-    model, corpus, summary = config["model"], config["corpus"], config.get("summary", {})
-    name, mode = model_dir.resolve().name, config.get("mode", "stream")
-    items = mode_of(mode).items
+    corpus, summary = config["corpus"], config.get("summary", {})
+    name, items = model_dir.resolve().name, mode_of(config.get("mode", "stream")).items
     bpc = summary.get("best_val_bpc")
     corpus_name = Path(corpus["path"].split()[0]).name
     front = ["---", "library_name: chargen", f"license: {LICENSE}", "tags:", *[f"- {tag}" for tag in TAGS],
@@ -67,19 +66,7 @@ def card_text(model_dir: Path) -> str:
                   "      type: text", "    metrics:", "    - type: bpc", f"      value: {bpc:.4f}",
                   "      name: validation bits per character"]
     front.append("---")
-    shape = (f"{model['layers']}x{model['hidden']}, embedding {model['embedding']}, "
-             f"dropout {model.get('dropout') or 0:g}")
-    measured = f"**{bpc:.4f} bits per character** on its validation text" if bpc is not None else \
-        "no validation loss recorded"
-    body = [
-        f"# {name}", "",
-        f"A character-level LSTM ({shape}; {config.get('parameters', 0):,} parameters, vocabulary "
-        f"{model['vocab_size']}) trained with chargen in {mode} mode on `{corpus['path']}` "
-        f"({corpus.get('chars', 0):,} characters, SHA-256 `{corpus.get('sha256', '')}`): {measured}"
-        + (f", after {summary['step']:,} steps." if "step" in summary else "."), "",
-        "## Training", "", "```sh", training_command(config), "```", "",
-        "## A sample", "", "Drawn with seed 0 at temperature 0.8 when this card was written:", "", "```",
-        sample_of(model_dir, items), "```", "",
+    use = [
         "## Use", "", "With chargen installed (from its repository: `pip install -e .`), and this folder as "
         f"`{model_dir.name}/`:", "", "```sh", f"chargen sample {model_dir.name} --length 300", "```", "",
         "```python", "import chargen", "", f'model = chargen.load("{model_dir.name}")',
@@ -87,7 +74,50 @@ def card_text(model_dir: Path) -> str:
         'print(model.generate("", length=300))', "```", "",
         "`chargen.load` reads `config.json`, `tokenizer.json` and `model.safetensors`; this card is for people.", "",
     ]
-    return "\n".join(front + [""] + body)
+    return "\n".join(front + [""] + about(model_dir, config, name) + use)
+
+
+def about(model_dir: Path, config: dict, name: str) -> list[str]:
+    """The card's title, description, training command and sample."""
+    model, corpus, summary = config["model"], config["corpus"], config.get("summary", {})
+    mode = config.get("mode", "stream")
+    bpc = summary.get("best_val_bpc")
+    shape = (f"{model['layers']}x{model['hidden']}, embedding {model['embedding']}, "
+             f"dropout {model.get('dropout') or 0:g}")
+    measured = f"**{bpc:.4f} bits per character** on its validation text" if bpc is not None else \
+        "no validation loss recorded"
+    return [
+        f"# {name}", "",
+        f"A character-level LSTM ({shape}; {config.get('parameters', 0):,} parameters, vocabulary "
+        f"{model['vocab_size']}) trained with chargen in {mode} mode on `{corpus['path']}` "
+        f"({corpus.get('chars', 0):,} characters, SHA-256 `{corpus.get('sha256', '')}`): {measured}"
+        + (f", after {summary['step']:,} steps." if "step" in summary else "."), "",
+        "## Training", "", "```sh", training_command(config), "```", "",
+        "## A sample", "", "Drawn with seed 0 at temperature 0.8 when this card was written:", "", "```",
+        sample_of(model_dir, mode_of(mode).items), "```", "",
+    ]
+
+
+def web_card_text(run_dir: Path, dtype: str) -> str:
+    """The card of a page exported with ``--web``: a static Hugging Face Space's front
+    matter, and how the page relates to chargen."""
+    config = checkpoint.read_config(run_dir)
+    name = run_dir.resolve().name
+    front = ["---", f"title: {json.dumps('chargen: ' + name)}", "emoji: 🔡", "colorFrom: gray", "colorTo: blue",
+             "sdk: static", "app_file: index.html", f"license: {LICENSE}", "tags:", *[f"- {tag}" for tag in TAGS],
+             f"short_description: {json.dumps('A character-level LSTM that runs in your browser')}", "---"]
+    exact = "the same characters as" if dtype == "float32" else "(with these float16 weights) nearly always the " \
+        "same characters as"
+    page = [
+        "## This page", "",
+        "`index.html` samples the model in the visitor's browser (WebAssembly, or plain JavaScript where "
+        "WebAssembly SIMD is missing): no server computes anything, and the page fetches nothing but "
+        f"`model.json` and `weights.bin` ({dtype}) beside it. Serve the folder with any static host, or "
+        "locally with `python -m http.server` in it.", "",
+        f"For the same seed it draws {exact} `chargen sample MODEL_DIR --rng portable --seed SEED` on the "
+        "model it was exported from (the page shows that command under each text).", "",
+    ]
+    return "\n".join(front + [""] + about(run_dir, config, name) + page)
 
 
 def write_card(model_dir: str | Path) -> Path:

@@ -154,14 +154,7 @@ def export_run(run_dir: Path, out_dir: Path, weights: str = "best", force: bool 
     config = read_config(run_dir)
     source = weights_path(run_dir, weights)
     load_tensors(source)  # refuse a damaged file before copying it
-    if out_dir.resolve() == run_dir.resolve() or run_dir.resolve() in out_dir.resolve().parents:
-        raise ChargenError("export needs a folder of its own, not the run folder or one inside it")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ChargenError(f"{out_dir} is a file; give a folder to export to")
-    if (out_dir / TRAINER).exists():  # --force replaces a model folder, never a training run
-        raise ChargenError(f"{out_dir} holds a training run; export to another folder")
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise ChargenError(f"{out_dir} exists and is not empty; choose a new folder (or --force)")
+    check_export_target(run_dir, out_dir, force)
     check_room(out_dir, source.stat().st_size)
     for name in RUN_FILES:
         if (out_dir / name).is_file():
@@ -174,6 +167,19 @@ def export_run(run_dir: Path, out_dir: Path, weights: str = "best", force: bool 
     config = {k: v for k, v in config.items() if k not in ("format", "format_version")}
     write_config(out_dir, config | {"exported": {"from": run_dir.name, "weights": weights}})
     return out_dir
+
+
+def check_export_target(run_dir: Path, out_dir: Path, force: bool) -> None:
+    """Refuse an export folder that is the run, inside it, a file, a training run, or (without
+    ``force``) a folder with something in it."""
+    if out_dir.resolve() == run_dir.resolve() or run_dir.resolve() in out_dir.resolve().parents:
+        raise ChargenError("export needs a folder of its own, not the run folder or one inside it")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ChargenError(f"{out_dir} is a file; give a folder to export to")
+    if (out_dir / TRAINER).exists():  # --force replaces a model folder, never a training run
+        raise ChargenError(f"{out_dir} holds a training run; export to another folder")
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise ChargenError(f"{out_dir} exists and is not empty; choose a new folder (or --force)")
 
 
 def load_weights(model: torch.nn.Module, path: Path) -> dict:

@@ -19,6 +19,7 @@ from .device import PRECISIONS
 from .errors import ChargenError
 from .lines import MODES
 from .model import ModelConfig
+from .portable import RNGS
 from .sample import DEFAULTS as SAMPLING
 from .schedule import DECAYS, SCALINGS
 from .storage import atomic_write
@@ -223,6 +224,9 @@ def add_sample(commands: argparse._SubParsersAction) -> None:
     s.add_argument("--top-p", type=finite_float, default=SAMPLING.top_p,
                    help="sample only from the top-p probability mass (default 1: off)")
     s.add_argument("--seed", type=seed, help="random seed for a repeatable sample")
+    s.add_argument("--rng", choices=RNGS, default="torch",
+                   help="torch (default), or portable: the text that the page of chargen export --web "
+                   "draws for the same seed (slower; exact with fp32 web weights)")
     s.add_argument("--num-samples", type=int,
                    help="samples drawn in parallel (default 1; in lines mode 10, one item per line)")
     s.add_argument("--new-only", action="store_true",
@@ -258,6 +262,13 @@ def add_export(commands: argparse._SubParsersAction) -> None:
     x.add_argument("--weights", choices=("best", "latest"), default="best",
                    help="best by validation (default) or the latest checkpoint")
     x.add_argument("--force", action="store_true", help="replace what MODEL_DIR holds")
+    x.add_argument("--web", action="store_true",
+                   help="write instead a static web page that samples the model in the visitor's browser "
+                   "(index.html, chargen.js, model.json, weights.bin, README.md): serve MODEL_DIR with any static "
+                   "host, or python -m http.server")
+    x.add_argument("--web-dtype", choices=("fp32", "fp16"), default="fp32",
+                   help="the page's weights: fp32 (default; the same text as chargen sample --rng portable) or "
+                   "fp16 (half the download; the text may differ)")
 
 
 def given(args: argparse.Namespace, names: tuple[str, ...] | list[str]) -> dict:
@@ -364,7 +375,7 @@ def narrow_safe_stdout(chars: str) -> TextIO:
 
 
 def write_samples(model: TrainedModel, args: argparse.Namespace, out: TextIO) -> int:
-    options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, rng=args.rng)
     if model.kind.items:
         n = args.num_samples or model.kind.default_samples
         items = [args.prime + text for text in model.generate_batch(args.prime, args.length, num_samples=n, **options)]
@@ -405,6 +416,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .card import write_card
 
+    if args.web:
+        from .web import export_web
+
+        out = export_web(Path(args.run_dir), Path(args.out_dir), args.weights, args.web_dtype, args.force)
+        size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+        print(f"exported {args.run_dir} ({args.weights} weights, {args.web_dtype}) as a web page to {out}: "
+              f"{size / 1e6:.1f} MB; try it with: python -m http.server -d {out}")
+        return 0
+    if args.web_dtype != "fp32":
+        raise ChargenError("--web-dtype is for --web exports; add --web")
     out = checkpoint.export_run(Path(args.run_dir), Path(args.out_dir), args.weights, args.force)
     card = write_card(out)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())

@@ -10,12 +10,17 @@ path), numbers are clamped to ``Limits`` whatever the sliders say, and a problem
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
+import hashlib
 import math
 import queue
 import re
+import shutil
+import tempfile
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,9 +36,11 @@ from .evaluate import LN2
 from .model import ModelConfig
 from .sample import DEFAULTS, Sampler, SamplingOptions
 from .train import TrainConfig, TrainResult, train
+from .web import HEADER, PAGE_FILES, export_web
+from .web import WEIGHTS as WEB_WEIGHTS
 
 __all__ = ["AUTO", "DEFAULTS", "PRESETS", "SCRATCH", "Limits", "Service", "Shelf", "TextStream", "TrainingView",
-           "Writing"]
+           "WebPages", "Writing"]
 
 
 @dataclass(frozen=True)
@@ -109,20 +116,56 @@ class Shelf:
             return self._loaded[name][1]
 
 
+class WebPages:
+    """Each shelf model's static page (``chargen export --web``), for the app to serve: made
+    on first request into a folder of this process's own, and again when the weights change.
+    The visitor's browser then samples; the server only sends the files."""
+
+    FILES = (*PAGE_FILES, HEADER, WEB_WEIGHTS)
+
+    def __init__(self, shelf: Shelf) -> None:
+        self.shelf = shelf
+        self.root = Path(tempfile.mkdtemp(prefix="chargen-web-"))
+        atexit.register(shutil.rmtree, self.root, ignore_errors=True)
+        self._made: dict[str, tuple[float, Path]] = {}
+        self._lock = threading.Lock()
+
+    def file(self, name: str, file: str) -> Path:
+        """The path of ``file`` of the model ``name``'s page; a ChargenError for a name not
+        on the shelf or a file the page does not have."""
+        source = self.shelf.folders().get(name)
+        if source is None or file not in self.FILES:
+            raise ChargenError(f"no such page: {name}/{file}")
+        stamp = weights_file(source).stat().st_mtime
+        with self._lock:
+            made = self._made.get(name)
+            if made is None or made[0] != stamp:
+                out = self.root / hashlib.sha256(name.encode()).hexdigest()[:16]
+                export_web(source, out, force=True, card=False)
+                self._made[name] = (stamp, out)
+            return self._made[name][1] / file
+
+
 def weights_file(folder: Path) -> Path | None:
     """The weights ``chargen.load`` would read (the best, else the latest), if any."""
     path = checkpoint.weights_path(folder)
     return path if path.is_file() else None
 
 
-def model_card(model: TrainedModel) -> str:
+def model_card(model: TrainedModel, name: str | None = None) -> str:
     config = model.config
     corpus = Path(config.get("corpus", {}).get("path", "?")).name
     m = config["model"]
     bpc = (config.get("summary") or {}).get("best_val_bpc")
+    page = f" · [run it in your browser]({web_path(name)})" if name else ""
     return (f"**{corpus}** · {model.kind.description} · {m['layers']}x{m['hidden']} LSTM, "
             f"{config.get('parameters', 0):,} parameters · validation {'n/a' if bpc is None else f'{bpc:.3f}'} "
-            "bits/char")
+            f"bits/char{page}")
+
+
+def web_path(name: str) -> str:
+    """Where the app serves the model's page, relative to the app's own address."""
+    return f"web/{urllib.parse.quote(name)}/"
 
 
 # --- generating --------------------------------------------------------------------------
@@ -375,6 +418,7 @@ class Service:
     def __init__(self, models_dir: Path, runs_dir: Path, corpora_dir: Path, limits: Limits = Limits(),
                  poll: float = 0.5, device: str = "cpu") -> None:
         self.shelf = Shelf(models_dir, runs_dir, str(resolve_device(device)))
+        self.pages = WebPages(self.shelf)
         self.corpora_dir = Path(corpora_dir)
         self.limits = limits
         self.job = TrainingJob()
@@ -385,7 +429,7 @@ class Service:
     def describe(self, model_name: str) -> tuple[str, str]:
         """The model's card, and the hint the prime box shows for it."""
         model = self.shelf.get(model_name)
-        return model_card(model), model.kind.prime_hint
+        return model_card(model, model_name), model.kind.prime_hint
 
     def options(self, length, temperature, top_k, top_p) -> SamplingOptions:
         limits = self.limits

@@ -1,6 +1,7 @@
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,6 +78,19 @@ def trained_run(tmp_path_factory, corpus_file) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def lines_run(tmp_path_factory) -> Path:
+    """A tiny lines-mode run on made-up names, trained enough that its items end."""
+    from chargen import load_corpus, train
+
+    path = tmp_path_factory.mktemp("lines") / "names.txt"
+    path.write_text("\n".join(name_list(600, seed=4)) + "\n")
+    run_dir = tmp_path_factory.mktemp("runs") / "names"
+    train(load_corpus(path, mode="lines"), run_dir, tiny_model(hidden=48, layers=1),
+          tiny_train(steps=120, eval_every=60, batch_size=16, base_batch_size=16, base_lr=1e-2))
+    return run_dir
+
+
 def shelf_of_models(base: Path, trained_run: Path) -> Path:
     """``base/models`` with a tiny stream model ("shakespeare") and a tiny lines model
     ("names"), as the app and the serving layer offer them."""
@@ -136,3 +150,23 @@ def load_script(relative_path: str):
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+# --- a real browser (Debian's chromium, driven by playwright) --------------------------------
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def needs_a_browser() -> None:
+    if chromium() is None or not _has_playwright():
+        if os.environ.get("CI"):
+            pytest.fail("CI must have Chromium and playwright (see .ci/run)")
+        pytest.skip("needs Debian's chromium and the playwright package")
+
+
+def _has_playwright() -> bool:
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,9 +1,7 @@
 """The web app, live: started on loopback in a subprocess and driven with gradio_client
 (and, once, with a real headless Chromium)."""
 
-import os
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -14,7 +12,7 @@ from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
 from chargen import checkpoint  # noqa: E402
-from conftest import make_text, shelf_of_models, start_app  # noqa: E402
+from conftest import chromium, make_text, needs_a_browser, shelf_of_models, start_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -139,15 +137,20 @@ def test_bad_training_requests_are_refused(client, args, message):
         client.predict(*args, api_name="/train")
 
 
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+def test_each_model_has_its_page_that_samples_in_the_browser(client, served):
+    """/web/<model>/: the model's static page (chargen.web), linked from its card."""
+    import httpx
 
-
-def needs_a_browser() -> None:
-    if chromium() is None or not _has_playwright():
-        if os.environ.get("CI"):
-            pytest.fail("CI must have Chromium and playwright (see .ci/run)")
-        pytest.skip("needs Debian's chromium and the playwright package")
+    card = client.predict("names", api_name="/describe")[0]
+    assert "[run it in your browser](web/names/)" in card
+    page = httpx.get(served["url"] + "web/names", follow_redirects=True)
+    assert page.status_code == 200 and str(page.url).endswith("/web/names/") and "chargen.js" in page.text
+    header = httpx.get(served["url"] + "web/names/model.json").json()
+    assert header["format"] == "chargen-web" and header["items"]
+    weights = httpx.get(served["url"] + "web/names/weights.bin")
+    assert len(weights.content) == header["weights"]["bytes"]
+    for missing in ("web/names/config.json", "web/nobody/index.html", "web/..%2F..%2Fapp.py", "web/names/..%2Fnames/model.json"):
+        assert httpx.get(served["url"] + missing).status_code == 404
 
 
 def test_browser_types_a_prime_and_sees_text(served):
@@ -201,14 +204,6 @@ def test_each_tab_as_a_user_sees_it(tmp_path):
             page.screenshot(path=str(ARTIFACTS / "app-train.png"), full_page=True)
         finally:
             browser.close()
-
-
-def _has_playwright() -> bool:
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def test_bad_uploads_and_budgets_are_refused(client, tmp_path):

@@ -1,0 +1,101 @@
+"""``chargen export RUN_DIR OUT --web``: a folder that any static host serves, whose page
+samples the model in the visitor's browser, at no server cost.
+
+    OUT/index.html   the page (chargen/page/index.html, hand-written)
+    OUT/chargen.js   the sampler (chargen/page/chargen.js, hand-written, no dependencies)
+    OUT/model.json   shapes, vocabulary, mode, defaults: the weights' header
+    OUT/weights.bin  every tensor, little-endian float32 (or float16), rows padded to 8
+    OUT/README.md    the model card, with a static Space's front matter
+
+The page computes what chargen.portable computes, to the bit: with float32 weights it
+draws the text of ``chargen sample --rng portable`` for the same seed. Float16 weights
+halve the download and change the numbers (benchmarks/web.py measures how often the text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from . import checkpoint
+from .errors import ChargenError
+from .portable import LANES, PortableModel, pad
+from .sample import DEFAULTS, MAX_LENGTH
+from .storage import atomic_write
+from .train import MAX_SEED
+
+FORMAT = "chargen-web"
+PAGE_FILES = ("index.html", "chargen.js")
+HEADER, WEIGHTS = "model.json", "weights.bin"
+WEB_DTYPES = {"fp32": "float32", "fp16": "float16"}
+MAX_PAGE_SAMPLES = 1000  # the page's own cap: each sample's text is held in the page
+
+
+def tensor_order(layers: int) -> list[str]:
+    """The tensors in the order weights.bin holds them."""
+    names = ["embed.weight"]
+    for k in range(layers):
+        names += [f"lstm.weight_ih_l{k}", f"lstm.weight_hh_l{k}", f"lstm.bias_ih_l{k}", f"lstm.bias_hh_l{k}"]
+    return names + ["head.weight", "head.bias"]
+
+
+def weights_blob(model: PortableModel, dtype: str) -> tuple[bytes, list[dict]]:
+    """weights.bin's bytes and each tensor's entry in the header: matrices row-major with
+    zero columns up to a multiple of LANES, as the page's kernel reads them."""
+    parts, entries, offset = [], [], 0
+    for name in tensor_order(model.layers):
+        tensor = model.tensors[name]
+        padded = pad(tensor) if tensor.ndim == 2 else tensor
+        parts.append(padded.astype(f"<{np.dtype(dtype).str[1:]}").tobytes())
+        entries.append({"name": name, "shape": list(padded.shape), "width": int(tensor.shape[-1]), "offset": offset})
+        offset += padded.size
+    return b"".join(parts), entries
+
+
+def header(model, portable: PortableModel, entries: list[dict], blob: bytes, dtype: str, name: str) -> dict:
+    config = model.config
+    summary = config.get("summary") or {}
+    return {
+        "format": FORMAT, "version": 1, "name": name, "mode": model.mode, "items": model.kind.items,
+        "chars": model.tokenizer.chars, "vocab_size": portable.vocab_size, "lanes": LANES,
+        "embedding": config["model"]["embedding"], "hidden": portable.hidden, "layers": portable.layers,
+        "default_prime": model.default_prime,
+        "defaults": {"temperature": DEFAULTS.temperature, "top_k": DEFAULTS.top_k, "top_p": DEFAULTS.top_p,
+                     "length": DEFAULTS.length if not model.kind.items else 100,
+                     "num_samples": model.kind.default_samples},
+        "limits": {"length": MAX_LENGTH, "samples": MAX_PAGE_SAMPLES, "seed": MAX_SEED},
+        "weights": {"file": WEIGHTS, "dtype": dtype, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()},
+        "tensors": entries,
+        "about": {"corpus": Path(str(config.get("corpus", {}).get("path", "?")).split()[0]).name,
+                  "parameters": config.get("parameters", 0), "val_bpc": summary.get("best_val_bpc")},
+    }
+
+
+def export_web(run_dir: Path, out_dir: Path, weights: str = "best", web_dtype: str = "fp32", force: bool = False,
+               card: bool = True) -> Path:
+    """Write the static page's folder for ``run_dir`` (a run or model folder) into ``out_dir``."""
+    from .api import load
+    from .card import web_card_text
+
+    if web_dtype not in WEB_DTYPES:
+        raise ChargenError(f"--web-dtype is fp32 or fp16, not {web_dtype!r}")
+    dtype = WEB_DTYPES[web_dtype]
+    checkpoint.check_export_target(run_dir, out_dir, force)
+    model = load(run_dir, device="cpu", weights=weights)
+    portable = PortableModel(model.model, dtype)
+    blob, entries = weights_blob(portable, dtype)
+    checkpoint.check_room(out_dir, len(blob))
+    name = run_dir.resolve().name
+    page = resources.files("chargen") / "page"
+    for file in PAGE_FILES:
+        atomic_write(out_dir / file, (page / file).read_bytes(), then="export again")
+    atomic_write(out_dir / WEIGHTS, blob, then="export again")
+    text = json.dumps(header(model, portable, entries, blob, dtype, name), ensure_ascii=False, indent=1)
+    atomic_write(out_dir / HEADER, text.encode("utf-8"), then="export again")
+    if card:
+        atomic_write(out_dir / "README.md", web_card_text(run_dir, dtype).encode("utf-8"), then="export again")
+    return out_dir
