@@ -220,7 +220,8 @@ def web_routes(service: Service) -> list[Route]:
             found = await asyncio.to_thread(service.pages.file, name, file or "index.html")
         except ChargenError as e:
             return PlainTextResponse(str(e), status_code=404)
-        return FileResponse(found, headers={"Cache-Control": "no-cache"})
+        plain = "text/plain; charset=utf-8" if found.suffix == ".md" else None  # (the card, shown as text)
+        return FileResponse(found, media_type=plain, headers={"Cache-Control": "no-cache"})
 
     return [Route("/web/{path:path}", page)]
 

@@ -122,18 +122,23 @@ def blocked(weight: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(pad(weight).reshape(rows, -1, LANES).transpose(1, 0, 2))
 
 
-def matvec(weight: np.ndarray, x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def matvec(weight: np.ndarray, x: np.ndarray, bias: np.ndarray, chunk: int = 1 << 22) -> np.ndarray:
     """``x @ W.T + bias`` in float32 in the portable order, for ``weight`` = ``blocked(W)``
-    and ``x`` (samples, cols) with zeros past its width."""
+    and ``x`` (samples, cols) with zeros past its width; samples taken so many at a time
+    that the running sums hold at most ``chunk`` floats."""
     blocks, rows, _ = weight.shape
-    x = x.reshape(x.shape[0], blocks, 1, LANES)
-    lanes = np.zeros((x.shape[0], rows, LANES), np.float32)  # lane j sums columns j, j + 8, ... from +0
-    product = np.empty_like(lanes)
-    for b in range(blocks):  # (in column order)
-        np.multiply(weight[b], x[:, b], out=product)
-        lanes += product
-    half = lanes[..., :4] + lanes[..., 4:]
-    return ((half[..., 0] + half[..., 1]) + (half[..., 2] + half[..., 3])) + bias
+    out = np.empty((x.shape[0], rows), np.float32)
+    step = max(1, chunk // (rows * LANES))
+    for start in range(0, x.shape[0], step):
+        xs = x[start : start + step].reshape(-1, blocks, 1, LANES)
+        lanes = np.zeros((xs.shape[0], rows, LANES), np.float32)  # lane j sums columns j, j + 8, ... from +0
+        product = np.empty_like(lanes)
+        for b in range(blocks):  # (in column order)
+            np.multiply(weight[b], xs[:, b], out=product)
+            lanes += product
+        half = lanes[..., :4] + lanes[..., 4:]
+        out[start : start + step] = ((half[..., 0] + half[..., 1]) + (half[..., 2] + half[..., 3])) + bias
+    return out
 
 
 def as_weights(tensor: torch.Tensor, dtype: str) -> np.ndarray:

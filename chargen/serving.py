@@ -36,7 +36,7 @@ from .evaluate import LN2
 from .model import ModelConfig
 from .sample import DEFAULTS, Sampler, SamplingOptions
 from .train import TrainConfig, TrainResult, train
-from .web import HEADER, PAGE_FILES, export_web
+from .web import CARD, HEADER, PAGE_FILES, export_web
 from .web import WEIGHTS as WEB_WEIGHTS
 
 __all__ = ["AUTO", "DEFAULTS", "PRESETS", "SCRATCH", "Limits", "Service", "Shelf", "TextStream", "TrainingView",
@@ -121,7 +121,7 @@ class WebPages:
     on first request into a folder of this process's own, and again when the weights change.
     The visitor's browser then samples; the server only sends the files."""
 
-    FILES = (*PAGE_FILES, HEADER, WEB_WEIGHTS)
+    FILES = (*PAGE_FILES, HEADER, WEB_WEIGHTS, CARD)
 
     def __init__(self, shelf: Shelf) -> None:
         self.shelf = shelf
@@ -141,7 +141,7 @@ class WebPages:
             made = self._made.get(name)
             if made is None or made[0] != stamp:
                 out = self.root / hashlib.sha256(name.encode()).hexdigest()[:16]
-                export_web(source, out, force=True, card=False)
+                export_web(source, out, force=True)
                 self._made[name] = (stamp, out)
             return self._made[name][1] / file
 

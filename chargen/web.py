@@ -14,14 +14,20 @@ halve the download and change the numbers (benchmarks/web.py measures how often 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import http.server
 import json
+import threading
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from . import checkpoint
+from .card import CARD, web_card_text
 from .errors import ChargenError
 from .portable import LANES, PortableModel, pad
 from .sample import DEFAULTS, MAX_LENGTH
@@ -79,7 +85,6 @@ def export_web(run_dir: Path, out_dir: Path, weights: str = "best", web_dtype: s
                card: bool = True) -> Path:
     """Write the static page's folder for ``run_dir`` (a run or model folder) into ``out_dir``."""
     from .api import load
-    from .card import web_card_text
 
     if web_dtype not in WEB_DTYPES:
         raise ChargenError(f"--web-dtype is fp32 or fp16, not {web_dtype!r}")
@@ -97,5 +102,22 @@ def export_web(run_dir: Path, out_dir: Path, weights: str = "best", web_dtype: s
     text = json.dumps(header(model, portable, entries, blob, dtype, name), ensure_ascii=False, indent=1)
     atomic_write(out_dir / HEADER, text.encode("utf-8"), then="export again")
     if card:
-        atomic_write(out_dir / "README.md", web_card_text(run_dir, dtype).encode("utf-8"), then="export again")
+        atomic_write(out_dir / CARD, web_card_text(run_dir, dtype).encode("utf-8"), then="export again")
     return out_dir
+
+
+@contextlib.contextmanager
+def static_server(folder: Path) -> Iterator[str]:
+    """``folder`` over http on a free loopback port, as any static host serves it (for the
+    tests and benchmarks/web.py; ``python -m http.server`` does the same by hand)."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()

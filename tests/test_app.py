@@ -149,7 +149,10 @@ def test_each_model_has_its_page_that_samples_in_the_browser(client, served):
     assert header["format"] == "chargen-web" and header["items"]
     weights = httpx.get(served["url"] + "web/names/weights.bin")
     assert len(weights.content) == header["weights"]["bytes"]
-    for missing in ("web/names/config.json", "web/nobody/index.html", "web/..%2F..%2Fapp.py", "web/names/..%2Fnames/model.json"):
+    card = httpx.get(served["url"] + "web/names/README.md")
+    assert card.headers["content-type"].startswith("text/plain") and "sdk: static" in card.text
+    for missing in ("web/names/config.json", "web/nobody/index.html", "web/..%2F..%2Fapp.py",
+                    "web/names/..%2Fnames/model.json"):
         assert httpx.get(served["url"] + missing).status_code == 404
 
 

@@ -68,6 +68,7 @@ def test_matvec_sums_in_the_documented_order():
             half = [f32(lanes[j] + lanes[j + 4]) for j in range(4)]
             assert got[s, r] == f32(f32(f32(half[0] + half[1]) + f32(half[2] + half[3])) + bias[r])
     assert np.allclose(got, x[:, :21] @ weight.T + bias, atol=1e-5)
+    assert np.array_equal(matvec(blocked(weight), x, bias, chunk=LANES * 5), got)  # one sample at a time
 
 
 @pytest.mark.parametrize("shape", [dict(embedding=13, hidden=37, layers=2), dict(embedding=8, hidden=32, layers=1)])

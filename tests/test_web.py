@@ -1,15 +1,11 @@
 """``chargen export --web``: the folder, and the page in a real headless Chromium drawing
 the CLI's text (``chargen sample --rng portable``) for the same seed."""
 
-import contextlib
-import functools
 import hashlib
-import http.server
 import json
 import re
 import subprocess
 import sys
-import threading
 import urllib.parse
 
 import numpy as np
@@ -17,7 +13,7 @@ import pytest
 
 from chargen import load
 from chargen.portable import PortableModel, PortableSampler
-from chargen.web import WEB_DTYPES, export_web, tensor_order
+from chargen.web import WEB_DTYPES, export_web, static_server, tensor_order
 from conftest import chromium, needs_a_browser
 
 
@@ -79,23 +75,6 @@ def test_export_refuses_in_one_line(tmp_path, trained_run, pages):
     done = cli("export", str(trained_run), str(trained_run / "page"), "--web")
     assert done.returncode == 2 and "not the run folder or one inside it" in done.stderr
     export_web(trained_run, pages / "stream", force=True)  # (--force replaces a page)
-
-
-@contextlib.contextmanager
-def static_server(folder):
-    """``folder`` over http on loopback, as any static host serves it."""
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")

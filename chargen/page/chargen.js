@@ -535,4 +535,4 @@ function nextTask() {  // yield to the browser (to paint, and to take clicks) wi
 
 if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", startPage);
 if (typeof module !== "undefined") module.exports = { PCG32, exp64, kernelModule, matvecJS, cell, Model, Sampler, pick, encodePrime, halfToFloat };
-if (typeof window !== "undefined") window.chargen = { PCG32, Model, Sampler, loadModel, encodePrime };
+if (typeof window !== "undefined") window.chargen = { PCG32, Model, Sampler, loadModel, encodePrime, cell };
