@@ -65,19 +65,18 @@ def summary(runs: list[dict]) -> dict:
 
 # A step's parts, timed inside the page on the loaded model (µs per step, one sample).
 PARTS_JS = """async () => {
-  const m = await chargen.loadModel("."), state = m.initialState(1), H = m.hidden, G = 4 * H;
+  const m = await chargen.loadModel("."), state = m.initialState(1), G = 4 * m.hidden;
   for (let i = 0; i < 300; i++) m.step([10], state);
   const time = (f, n = 2000) => {
     const t = performance.now();
     for (let i = 0; i < n; i++) f();
     return (performance.now() - t) / n * 1000;
   };
-  const x = m.F.subarray(m.input, m.input + G), g = m.F.subarray(m.gates, m.gates + G);
   return {
     step: time(() => m.step([10], state)),
     recurrent_product: time(() => m.matvec(m.t["lstm.weight_hh_l0"], m.h[0], m.t["lstm.bias_hh_l0"], m.gates, G,
                                            m.width, 1)),
-    cell: time(() => chargen.cell(x, g, state[0], 1, H, m.width)),
+    cell: time(() => m.cell(m.input, m.gates, m.c[0], m.h[0], 1)),
   };
 }"""
 
@@ -97,6 +96,14 @@ def python_speed(model: chargen.TrainedModel, samples: int, length: int, portabl
     start = time.perf_counter()
     steps = sum(1 for _ in sampler.pieces(length))
     return steps * samples / (time.perf_counter() - start)
+
+
+def python_rows(model: chargen.TrainedModel, length: int) -> dict:
+    rows = {}
+    for samples in (1, 8):
+        rows[f"default {samples}"] = python_speed(model, samples, length // 5, portable=False)
+        rows[f"portable {samples}"] = python_speed(model, samples, length // 20, portable=True)
+    return rows
 
 
 def fp16_differences(model: chargen.TrainedModel, texts: int, length: int) -> dict:
@@ -121,7 +128,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="page loads per row (default 3; the median is shown)")
     parser.add_argument("--length", type=int, default=10_000, help="characters per sample for 1 sample")
     parser.add_argument("--texts", type=int, default=100, help="texts per model for the fp16 comparison")
+    parser.add_argument("--python-only", action="store_true",
+                        help="only the Python samplers' rows (for ONEDNN_MAX_CPU_ISA=AVX2: the page uses no oneDNN)")
     args = parser.parse_args()
+    model = chargen.load(ROOT / "models" / "shakespeare", device="cpu")
+    if args.python_only:
+        print({name: round(speed) for name, speed in python_rows(model, args.length).items()})
+        return
     from playwright.sync_api import sync_playwright
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -150,10 +163,7 @@ def main() -> None:
         results["page"][f"{dtype} {samples} {row['kernel']}"] = row
         print(f"page {dtype}, {samples} samples, {row['kernel']}: {row['chars_per_s']:,.0f} chars/s, first "
               f"character at {row['first_char_ms']:.0f} ms (rounds {row['rounds']})", flush=True)
-    model = chargen.load(shipped, device="cpu")
-    for samples in (1, 8):
-        results["python"][f"default {samples}"] = python_speed(model, samples, args.length // 5, portable=False)
-        results["python"][f"portable {samples}"] = python_speed(model, samples, args.length // 20, portable=True)
+    results["python"] = python_rows(model, args.length)
     print("python:", {k: round(v) for k, v in results["python"].items()}, flush=True)
     results["fp16"] = {"shakespeare": fp16_differences(model, args.texts, 500),
                        "names": fp16_differences(chargen.load(ROOT / "models" / "names", device="cpu"),

@@ -148,6 +148,21 @@ def test_continue_carries_the_state_and_fp16_weights(browser, pages, trained_run
     assert "these are fp16" in page.inner_text("#command")
 
 
+def test_any_width_any_depth(browser, tmp_path, corpus_file):
+    """Widths that are not multiples of 8 (padded inside) and three layers: still the Python text."""
+    from chargen import load_corpus, train
+    from conftest import tiny_model, tiny_train
+
+    run = tmp_path / "odd"
+    train(load_corpus(corpus_file), run, tiny_model(hidden=19, embedding=5, layers=3), tiny_train(steps=6))
+    export_web(run, tmp_path / "page")
+    with static_server(tmp_path / "page") as url:
+        page = open_page(browser, url + query(seed=9, samples=3, length=120, temperature=1.3, prime="a"))
+        shown = texts_of(page)
+    assert shown == ["a" + text for text in load(run).generate_batch("a", 120, num_samples=3, seed=9,
+                                                                     temperature=1.3, rng="portable")]
+
+
 def test_bad_settings_get_one_line(browser, pages):
     with static_server(pages / "stream") as url:
         page = open_page(browser, url + query(autostart=0))

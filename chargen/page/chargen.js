@@ -5,8 +5,8 @@
 // It mirrors chargen/portable.py operation for operation (read that module's docstring
 // for the why of each), so that for the same seed the page draws the text that
 // `chargen sample MODEL --rng portable --seed SEED` draws: with fp32 weights, exactly.
-// The products run in a small WebAssembly SIMD kernel assembled below from its opcodes;
-// where WebAssembly SIMD is missing, a JavaScript loop computes the same bits, slower.
+// The products and the LSTM cell run in small WebAssembly SIMD kernels assembled below from
+// their opcodes; where WebAssembly SIMD is missing, JavaScript computes the same bits, slower.
 "use strict";
 
 const LANES = 8;
@@ -65,37 +65,54 @@ function exp64(x) {
 const sigmoid32 = (x) => Math.fround(1 / (1 + exp64(-x)));
 const tanh32 = (x) => Math.fround(1 - 2 / (exp64(2 * x) + 1));
 
-// ---- the product kernel ----------------------------------------------------------------------
+// ---- the WebAssembly kernels ----------------------------------------------------------------
 // matvec(w, x, bias, out, rows, cols, samples, stride), pointers in bytes: for each row r and
 // sample s, out[s * stride + r] = dot(w[r], x[s]) + bias[r] in float32, w row-major with cols
-// (a multiple of 8) floats a row. Two f32x4 accumulators: lane j of the first sums columns j, j + 8, ...;
-// of the second, columns j + 4, j + 12, ...; then the two added, then (l0 + l1) + (l2 + l3).
-// "matvec4" takes four rows at a time (rows a multiple of 4): their eight accumulators are
-// independent chains that the CPU overlaps, at each row's own order; "matvec1" one.
+// (a multiple of 8) floats a row. Two f32x4 accumulators: lane j of the first sums columns j,
+// j + 8, ...; of the second, columns j + 4, j + 12, ...; then the two added, then
+// (l0 + l1) + (l2 + l3). "matvec4" takes four rows at a time (rows a multiple of 4): their
+// eight accumulators are independent chains that the CPU overlaps, at each row's own order;
+// "matvec1" one.
+//
+// cell(x, g, c, h, rows, H, width): the LSTM cell of ``cell`` below, two units at a time in
+// float64x2 lanes (exp64, the sigmoid and tanh exactly as the scalar functions above:
+// the same operations on the same numbers give the same bits), c and h updated in place.
 function kernelModule() {
   const uleb = (n) => { const out = []; do { let b = n & 127; n >>>= 7; if (n) b |= 128; out.push(b); } while (n); return out; };
   const section = (id, bytes) => [id, ...uleb(bytes.length), ...bytes];
   const vec = (items) => [...uleb(items.length), ...items.flat()];
   const name = (text) => vec([...text].map((c) => [c.charCodeAt(0)]));
-  const functions = [4, 1].map(matvecBody);
+  const I32 = 0x7f, V128 = 0x7b;
+  const get = (i) => [0x20, i], set = (i) => [0x21, i], i32 = (v) => [0x41, ...uleb(v)];  // (constants below 64)
+  const call = (f) => [0x10, f];
+  const add = 0x6a, mul = 0x6c, shl = 0x74, ltu = 0x49, fadd = 0x92, loop = [0x03, 0x40], end = 0x0b;
+  const simd = (op, ...imm) => [0xfd, ...uleb(op), ...imm];
+  const load = (offset) => simd(0, 4, ...uleb(offset)), f4add = simd(228), f4mul = simd(230);
+  const lane = (v, j) => [...get(v), ...simd(31, j)];
+  const bytes = (typed) => [...new Uint8Array(typed.buffer)];
+  const zero = simd(12, ...new Array(16).fill(0));
+  const f64s = (v) => simd(12, ...bytes(new Float64Array([v, v])));  // v128.const f64x2 v v
+  const d2 = { add: simd(240), sub: simd(241), mul: simd(242), div: simd(243), floor: simd(117), neg: simd(237),
+    lt: simd(73), gt: simd(74), pmin: simd(246), pmax: simd(247) };
+  const promote = simd(95), demote = simd(94), load64 = simd(93, 3, 0), store64 = simd(91, 3, 0, 0), store32 = simd(90, 2, 0, 0);
+  // (function indices, in the order of the function section)
+  const [MATVEC4, MATVEC1, CELL, EXP, SIGMOID, TANH] = [0, 1, 2, 3, 4, 5];
+  const functions = [matvecBody(4), matvecBody(1), cellBody(), expBody(), sigmoidBody(), tanhBody()];
   return new Uint8Array([
     0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-    ...section(1, vec([[0x60, ...vec(new Array(8).fill([0x7f])), 0]])),  // (i32 x 8) -> ()
+    ...section(1, vec([[0x60, ...vec(new Array(8).fill([I32])), 0],  // 0: (i32 x 8) -> ()
+      [0x60, ...vec(new Array(7).fill([I32])), 0],  // 1: (i32 x 7) -> ()
+      [0x60, 1, V128, 1, V128]])),  // 2: (v128) -> v128
     ...section(2, vec([[...name("env"), ...name("mem"), 0x02, 0x00, 0x01]])),  // the memory, imported
-    ...section(3, vec([[0], [0]])),
-    ...section(7, vec([[...name("matvec4"), 0x00, 0], [...name("matvec1"), 0x00, 1]])),
+    ...section(3, vec([[0], [0], [1], [2], [2], [2]])),
+    ...section(7, vec([[...name("matvec4"), 0x00, MATVEC4], [...name("matvec1"), 0x00, MATVEC1],
+      [...name("cell"), 0x00, CELL]])),
     ...section(10, vec(functions.map((code) => [...uleb(code.length), ...code]))),
   ]);
 
   function matvecBody(group) {
     const [W, X, BIAS, OUT, ROWS, COLS, SAMPLES, STRIDE, R, S, XP, XE, ROWBYTES] = Array.from({ length: 13 }, (_, i) => i);
     const WP = (g) => 13 + g, XL = 13 + group, XH = 14 + group, A = (g) => 15 + group + g, B = (g) => 15 + 2 * group + g;
-    const get = (i) => [0x20, i], set = (i) => [0x21, i], i32 = (v) => [0x41, ...uleb(v)];  // (constants below 64)
-    const add = 0x6a, mul = 0x6c, shl = 0x74, ltu = 0x49, fadd = 0x92, loop = [0x03, 0x40], end = 0x0b;
-    const simd = (op, ...imm) => [0xfd, ...uleb(op), ...imm];
-    const load = (offset) => simd(0, 4, ...uleb(offset)), f4add = simd(228), f4mul = simd(230);
-    const lane = (v, j) => [...get(v), ...simd(31, j)];
-    const zero = simd(12, ...new Array(16).fill(0));
     const each = (f) => Array.from({ length: group }, (_, g) => f(g)).flat();
     const body = [
       ...get(COLS), ...i32(2), shl, ...set(ROWBYTES),
@@ -124,7 +141,70 @@ function kernelModule() {
       ...get(R), ...i32(group), add, ...set(R), ...get(R), ...get(ROWS), ltu, 0x0d, 0, end,
       end,
     ];
-    return [...vec([[5 + group, 0x7f], [2 + 2 * group, 0x7b]]), ...body];  // locals: R to WP(g), then XL to B(g)
+    return [...vec([[5 + group, I32], [2 + 2 * group, V128]]), ...body];  // locals: R to WP(g), then XL to B(g)
+  }
+
+  function cellBody() {
+    const [X, G, C, H, ROWS, UNITS, WIDTH, S, J, XP, GP, CP, HP, GATE, I, F, U, O, NEXT] = Array.from({ length: 19 }, (_, i) => i);
+    const gate = (k, f) => [  // f(x[k H + j] + g[k H + j]) for two units
+      ...get(XP), ...(k ? [...get(GATE), ...i32(k), mul, add] : []), ...load64,
+      ...get(GP), ...(k ? [...get(GATE), ...i32(k), mul, add] : []), ...load64, ...f4add, ...call(f)];
+    const store = (at, v) => [  // two floats, or one for the last unit of an odd H
+      ...get(J), ...i32(1), add, ...get(UNITS), ltu, 0x04, 0x40, ...get(at), ...get(v), ...store64,
+      0x05, ...get(at), ...get(v), ...store32, end];
+    const body = [
+      ...get(UNITS), ...i32(2), shl, ...set(GATE),  // bytes between two gates' blocks
+      ...loop,  // over rows
+      ...get(X), ...get(S), ...get(GATE), mul, ...i32(2), shl, add, ...set(XP),  // (4 gates a row)
+      ...get(G), ...get(S), ...get(GATE), mul, ...i32(2), shl, add, ...set(GP),
+      ...get(C), ...get(S), ...get(GATE), mul, add, ...set(CP),
+      ...get(H), ...get(S), ...get(WIDTH), mul, ...i32(2), shl, add, ...set(HP),
+      ...i32(0), ...set(J),
+      ...loop,  // over units, two at a time
+      ...gate(0, SIGMOID), ...set(I), ...gate(1, SIGMOID), ...set(F), ...gate(2, TANH), ...set(U),
+      ...gate(3, SIGMOID), ...set(O),
+      ...get(F), ...get(CP), ...load64, ...f4mul, ...get(I), ...get(U), ...f4mul, ...f4add, ...set(NEXT),
+      ...store(CP, NEXT),
+      ...get(O), ...get(NEXT), ...call(TANH), ...f4mul, ...set(U),
+      ...store(HP, U),
+      ...get(XP), ...i32(8), add, ...set(XP), ...get(GP), ...i32(8), add, ...set(GP),
+      ...get(CP), ...i32(8), add, ...set(CP), ...get(HP), ...i32(8), add, ...set(HP),
+      ...get(J), ...i32(2), add, ...set(J), ...get(J), ...get(UNITS), ltu, 0x0d, 0, end,
+      ...get(S), ...i32(1), add, ...set(S), ...get(S), ...get(ROWS), ltu, 0x0d, 0, end,
+      end,
+    ];
+    return [...vec([[7, I32], [5, V128]]), ...body];
+  }
+
+  function expBody() {  // exp64 on two float64 lanes, as the scalar exp64
+    const [T, TC, N, R, R2, R4] = [0, 1, 2, 3, 4, 5];
+    const term = (a, b) => [...f64s(a), ...f64s(b), ...get(R), ...d2.mul, ...d2.add];  // a + b r
+    const body = [
+      ...get(T), ...f64s(EXP_MIN), ...d2.pmax, ...f64s(EXP_MAX), ...d2.pmin, ...set(TC),
+      ...get(TC), ...f64s(INV_LN2), ...d2.mul, ...f64s(0.5), ...d2.add, ...d2.floor, ...set(N),
+      ...get(TC), ...get(N), ...f64s(LN2_HI), ...d2.mul, ...d2.sub, ...get(N), ...f64s(LN2_LO), ...d2.mul, ...d2.sub, ...set(R),
+      ...get(R), ...get(R), ...d2.mul, ...set(R2), ...get(R2), ...get(R2), ...d2.mul, ...set(R4),
+      ...term(E0, E1), ...term(E2, E3), ...get(R2), ...d2.mul, ...d2.add,
+      ...term(E4, E5), ...term(E6, E7), ...get(R2), ...d2.mul, ...d2.add, ...get(R4), ...d2.mul, ...d2.add,
+      ...term(E8, E9), ...term(E10, E11), ...get(R2), ...d2.mul, ...d2.add, ...get(R4), ...get(R4), ...d2.mul, ...d2.mul,
+      ...d2.add,  // the polynomial
+      ...get(N), ...simd(252, 1), ...simd(199, 1),  // n as i64x2 (i32x4.trunc_sat_f64x2_s_zero, i64x2.extend_low_i32x4_s)
+      ...simd(12, ...bytes(new BigInt64Array([1023n, 1023n]))), ...simd(206, 1), ...i32(52), ...simd(203, 1),  // 2**n
+      ...d2.mul,
+      ...get(T), ...f64s(EXP_MIN), ...d2.lt, ...simd(79),  // andnot: 0 below EXP_MIN (and -Infinity)
+      ...set(TC), ...f64s(Infinity), ...get(TC), ...get(T), ...f64s(EXP_MAX), ...d2.gt, ...simd(82),  // Infinity above EXP_MAX
+      end,
+    ];
+    return [...vec([[5, V128]]), ...body];
+  }
+
+  function sigmoidBody() {  // float32(1 / (1 + exp64(-x))) on the two low float32 lanes
+    return [0, ...f64s(1), ...f64s(1), ...get(0), ...promote, ...d2.neg, ...call(EXP), ...d2.add, ...d2.div, ...demote, end];
+  }
+
+  function tanhBody() {  // float32(1 - 2 / (exp64(2 x) + 1))
+    return [0, ...f64s(1), ...f64s(2), ...get(0), ...promote, ...f64s(2), ...d2.mul, ...call(EXP), ...f64s(1), ...d2.add,
+      ...d2.div, ...d2.sub, ...demote, end];
   }
 }
 
@@ -192,6 +272,8 @@ class Model {
       }
     }
     this.kernel = instance ? "wasm-simd" : "js";
+    this.cell = instance ? (x, g, c, h, n) => instance.exports.cell(4 * x, 4 * g, 4 * c, 4 * h, n, this.hidden, this.width)
+      : (x, g, c, h, n) => cell(this.F, x, g, c, h, n, this.hidden, this.width);
     this.matvec = instance ? (w, x, b, out, rows, cols, n) => {
       const { matvec4, matvec1 } = instance.exports, four = rows - (rows % 4);
       if (four) matvec4(4 * w, 4 * x, 4 * b, 4 * out, four, cols, n, rows);
@@ -212,7 +294,7 @@ class Model {
     if (n <= this.rows) return;
     const H = this.hidden;
     this.h = [], this.c = [];
-    for (let k = 0; k < this.layers; k++) { this.h.push(this.alloc(n * this.width)); this.c.push(this.alloc(n * H)); }
+    for (let k = 0; k < this.layers; k++) { this.h.push(this.alloc(n * this.width)); this.c.push(this.alloc(n * H + 2)); }
     this.gates = this.alloc(n * 4 * H);
     this.input = this.alloc(n * 4 * H);
     this.logits = this.alloc(n * this.vocab);
@@ -238,26 +320,29 @@ class Model {
       } else {
         for (let s = 0; s < n; s++) F.copyWithin(this.input + s * G, this.table + ids[s] * G, this.table + (ids[s] + 1) * G);
       }
-      cell(F.subarray(this.input, this.input + n * G), F.subarray(this.gates, this.gates + n * G), state[k], n, H, this.width);
-      F.set(state[k].h, this.h[k]);  // (the next layer's input)
+      F.set(state[k].c, this.c[k]);
+      this.cell(this.input, this.gates, this.c[k], this.h[k], n);  // (h[k], the next layer's input)
+      state[k].h.set(F.subarray(this.h[k], this.h[k] + n * this.width));
+      state[k].c.set(F.subarray(this.c[k], this.c[k] + n * H));
     }
     this.matvec(this.t["head.weight"], this.h[this.layers - 1], this.t["head.bias"], this.logits, this.vocab, this.width, n);
     return new Float32Array(this.memory.buffer, 4 * this.logits, n * this.vocab);
   }
 }
 
-// The LSTM cell on n rows, in place on ``state``: gates = x + g (i, f, g, o blocks of H).
-function cell(x, g, { h, c }, n, H, width) {
+// The LSTM cell on n rows, c and h updated in place (offsets in floats into F): gates =
+// x + g, in blocks i, f, g, o of H; the row strides are 4 H (x, g), H (c) and width (h).
+function cell(F, x, g, c, h, n, H, width) {
   const fr = Math.fround;
   for (let s = 0; s < n; s++) {
-    const at = s * 4 * H, hs = s * width, cs = s * H;
+    const at = s * 4 * H, hs = h + s * width, cs = c + s * H;
     for (let j = 0; j < H; j++) {
       const a = at + j;
-      const i = sigmoid32(fr(x[a] + g[a])), f = sigmoid32(fr(x[a + H] + g[a + H]));
-      const u = tanh32(fr(x[a + 2 * H] + g[a + 2 * H])), o = sigmoid32(fr(x[a + 3 * H] + g[a + 3 * H]));
-      const next = fr(fr(f * c[cs + j]) + fr(i * u));
-      c[cs + j] = next;
-      h[hs + j] = o * tanh32(next);  // (the store rounds to float32)
+      const i = sigmoid32(fr(F[x + a] + F[g + a])), f = sigmoid32(fr(F[x + a + H] + F[g + a + H]));
+      const u = tanh32(fr(F[x + a + 2 * H] + F[g + a + 2 * H])), o = sigmoid32(fr(F[x + a + 3 * H] + F[g + a + 3 * H]));
+      const next = fr(fr(f * F[cs + j]) + fr(i * u));
+      F[cs + j] = next;
+      F[hs + j] = o * tanh32(next);  // (the store rounds to float32)
     }
   }
 }
@@ -535,4 +620,4 @@ function nextTask() {  // yield to the browser (to paint, and to take clicks) wi
 
 if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", startPage);
 if (typeof module !== "undefined") module.exports = { PCG32, exp64, kernelModule, matvecJS, cell, Model, Sampler, pick, encodePrime, halfToFloat };
-if (typeof window !== "undefined") window.chargen = { PCG32, Model, Sampler, loadModel, encodePrime, cell };
+if (typeof window !== "undefined") window.chargen = { PCG32, Model, Sampler, loadModel, encodePrime };
