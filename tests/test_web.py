@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import urllib.parse
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,9 @@ from chargen import load
 from chargen.portable import PortableModel, PortableSampler
 from chargen.web import WEB_DTYPES, export_web, static_server, tensor_order
 from conftest import chromium, needs_a_browser
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -146,6 +150,22 @@ def test_continue_carries_the_state_and_fp16_weights(browser, pages, trained_run
         pass
     assert shown == sampler.texts and all(len(text) == 300 for text in shown)
     assert "these are fp16" in page.inner_text("#command")
+
+
+def test_the_shipped_model_as_a_visitor_sees_it(browser, tmp_path):
+    """The shipped Shakespeare model's page: the CLI's text, and the README's picture
+    (docs/web-page.png is a copy of tests/artifacts/web-page.png)."""
+    export_web(ROOT / "models" / "shakespeare", tmp_path / "page")
+    with static_server(tmp_path / "page") as url:
+        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        page.goto(url + query(seed=1, prime="ROMEO:", length=400))
+        page.locator("#status", has_text="characters in").wait_for(timeout=60_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "web-page.png"), full_page=True)
+        shown = page.inner_text(".sample")
+    done = cli("sample", str(ROOT / "models" / "shakespeare"), "--rng", "portable", "--seed", "1", "--prime", "ROMEO:",
+               "--length", "400")
+    assert shown == done.stdout.removesuffix("\n") and shown.startswith("ROMEO:")
 
 
 def test_any_width_any_depth(browser, tmp_path, corpus_file):

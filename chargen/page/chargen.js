@@ -477,85 +477,97 @@ async function fetchOk(url) {
 const OPTIONS = ["prime", "length", "temperature", "top_k", "top_p", "seed", "samples"];
 const SLICE_MS = 30;  // steps between two updates of the page
 
-function startPage() {
-  const $ = (id) => document.getElementById(id);
-  const params = new URLSearchParams(location.search);
-  const timings = (window.chargenTimings = {});
-  const page = { model: null, sampler: null, options: null, running: false, stop: false, nodes: [] };
+class Page {
+  constructor() {
+    this.$ = (id) => document.getElementById(id);
+    this.params = new URLSearchParams(location.search);
+    this.timings = window.chargenTimings = {};
+    Object.assign(this, { model: null, sampler: null, options: null, running: false, stop: false, nodes: [] });
+    this.$("controls").addEventListener("submit", (event) => { event.preventDefault(); this.generate(); });
+    this.$("continue").addEventListener("click", () => this.continue());
+    this.$("stop").addEventListener("click", () => { this.stop = true; });
+    loadModel(".", this.params.get("kernel") || "auto").then((model) => this.show(model))
+      .catch((e) => this.status(`chargen: ${e.message}`, true));
+  }
 
-  const status = (text, error = false) => { $("status").textContent = text; $("status").className = error ? "error" : ""; };
-  const buttons = () => {
-    $("generate").disabled = !page.model || page.running;
-    $("continue").disabled = !page.sampler || page.running || page.sampler.ended.every(Boolean);
-    $("stop").disabled = !page.running;
-  };
+  status(text, error = false) {
+    this.$("status").textContent = text;
+    this.$("status").className = error ? "error" : "";
+  }
 
-  loadModel(".", params.get("kernel") || "auto").then((model) => {
-    timings.loaded = performance.now();
-    page.model = model;
-    const h = model.header, a = h.about;
-    document.title = `chargen: ${h.name}`;
-    $("title").textContent = `chargen: ${h.name}`;
-    $("about").textContent = `${a.corpus} · ${h.items ? "one item per line" : "one stream of text"} · ${h.layers}x${h.hidden} LSTM, `
-      + `${a.parameters.toLocaleString("en")} parameters${a.val_bpc == null ? "" : ` · validation ${a.val_bpc.toFixed(3)} bits/char`}`
-      + ` · ${h.weights.dtype} weights, ${model.kernel}`;
+  buttons() {
+    this.$("generate").disabled = !this.model || this.running;
+    this.$("continue").disabled = !this.sampler || this.running || this.sampler.ended.every(Boolean);
+    this.$("stop").disabled = !this.running;
+  }
+
+  show(model) {  // the model loaded: its line, the controls' defaults (or the address's), and a first text
+    this.timings.loaded = performance.now();
+    this.model = model;
+    const h = model.header, a = h.about, $ = this.$;
+    document.title = $("title").textContent = `chargen: ${h.name}`;
+    $("about").textContent = `${a.corpus} · ${h.items ? "one item per line" : "one stream of text"} · `
+      + `${h.layers}x${h.hidden} LSTM, ${a.parameters.toLocaleString("en")} parameters`
+      + `${a.val_bpc == null ? "" : ` · validation ${a.val_bpc.toFixed(3)} bits/char`} · ${h.weights.dtype} weights, ${model.kernel}`;
     const defaults = { prime: "", length: h.defaults.length, temperature: h.defaults.temperature, top_k: h.defaults.top_k,
       top_p: h.defaults.top_p, seed: "", samples: h.defaults.num_samples };
-    for (const name of OPTIONS) $(name).value = params.get(name) ?? defaults[name];
+    for (const name of OPTIONS) $(name).value = this.params.get(name) ?? defaults[name];
     $("prime").placeholder = h.items ? "how every item starts (may be empty)" : "text to continue (empty: a fresh start)";
-    buttons();
-    if (params.get("autostart") !== "0") generate();
-  }).catch((e) => status(`chargen: ${e.message}`, true));
+    this.buttons();
+    if (this.params.get("autostart") !== "0") this.generate();
+  }
 
-  $("controls").addEventListener("submit", (event) => { event.preventDefault(); generate(); });
-  $("continue").addEventListener("click", () => run(readOptions(false)));
-  $("stop").addEventListener("click", () => { page.stop = true; });
-
-  function generate() {
+  generate() {
     let options;
     try {
-      options = readOptions(true);
+      options = this.readOptions();
     } catch (e) {
-      return status(e.message, true);
+      return this.status(e.message, true);
     }
-    const h = page.model.header, prime = options.prime || h.default_prime;
-    page.sampler = new Sampler(page.model, encodePrime(h, prime), options.samples, options.seed);
-    $("output").textContent = "";
-    $("output").className = h.items ? "items" : "";
-    page.nodes = Array.from({ length: options.samples }, (_, j) => {
-      const pre = document.createElement("pre");
+    const h = this.model.header, output = this.$("output");
+    this.sampler = new Sampler(this.model, encodePrime(h, options.prime || h.default_prime), options.samples, options.seed);
+    output.textContent = "";
+    output.className = h.items ? "items" : "";
+    this.nodes = Array.from({ length: options.samples }, (_, j) => {
+      const pre = document.createElement("pre"), shown = document.createElement("b"), text = document.createTextNode("");
       pre.className = "sample";
       if (options.samples > 1 && !h.items) pre.title = `sample ${j + 1} of ${options.samples}`;
-      const shown = document.createElement("b");
       shown.textContent = options.prime;
-      const text = document.createTextNode("");
       pre.append(shown, text);
-      $("output").append(pre);
+      output.append(pre);
       return text;
     });
-    $("command").textContent = command(h, options);
-    return run(options);
+    this.$("command").textContent = command(h, options);
+    return this.run(options);
+  }
+
+  continue() {  // the same samples, prime and seed (their random streams carry on); length and the rest as set now
+    try {
+      const { prime, samples, seed } = this.options;
+      return this.run({ ...this.readOptions(), prime, samples, seed });
+    } catch (e) {
+      return this.status(e.message, true);
+    }
   }
 
   // The controls, checked: an Error with one line saying what to change.
-  function readOptions(fresh) {
-    const h = page.model.header, value = (name) => $(name).value.trim();
+  readOptions() {
+    const h = this.model.header, value = (name) => this.$(name).value.trim();
     const number = (name, test, rule) => {
       const v = Number(value(name));
       if (value(name) === "" || !Number.isFinite(v) || !test(v)) throw new Error(`${name.replace("_", "-")} must be ${rule}, not "${value(name)}"`);
       return v;
     };
+    const whole = (low, high) => (v) => Number.isInteger(v) && v >= low && v <= high;
     const options = {
-      prime: $("prime").value,
-      length: number("length", (v) => Number.isInteger(v) && v >= 1 && v <= h.limits.length, `a whole number from 1 to ${h.limits.length.toLocaleString("en")}`),
+      prime: this.$("prime").value,
+      length: number("length", whole(1, h.limits.length), `a whole number from 1 to ${h.limits.length.toLocaleString("en")}`),
       temperature: number("temperature", (v) => v >= 0, "0 or more (0 is greedy)"),
-      top_k: number("top_k", (v) => Number.isInteger(v) && v >= 0, "0 (off) or a whole number"),
+      top_k: number("top_k", whole(0, Infinity), "0 (off) or a whole number"),
       top_p: number("top_p", (v) => v > 0 && v <= 1, "in (0, 1] (1 is off)"),
-      samples: number("samples", (v) => Number.isInteger(v) && v >= 1 && v <= h.limits.samples, `a whole number from 1 to ${h.limits.samples}`),
-      seed: page.options && !fresh ? page.options.seed : value("seed"),
+      samples: number("samples", whole(1, h.limits.samples), `a whole number from 1 to ${h.limits.samples}`),
+      seed: value("seed") || String(crypto.getRandomValues(new Uint32Array(1))[0]),
     };
-    if (!fresh) return { ...options, samples: page.options.samples, prime: page.options.prime };
-    if (options.seed === "") options.seed = String(crypto.getRandomValues(new Uint32Array(1))[0]);
     if (!/^[0-9]+$/.test(options.seed) || BigInt(options.seed) > BigInt(h.limits.seed)) {
       throw new Error(`seed must be a whole number from 0 to ${h.limits.seed}, or empty for a random one`);
     }
@@ -563,38 +575,35 @@ function startPage() {
     return options;
   }
 
-  async function run(options) {
-    page.options = options;
-    page.running = true;
-    page.stop = false;
-    buttons();
-    const sampler = page.sampler, n = options.samples, started = performance.now();
+  async run(options) {  // up to options.length steps, shown slice by slice
+    Object.assign(this, { options, running: true, stop: false });
+    this.buttons();
+    this.status("sampling…");
+    const n = options.samples, started = performance.now();
     let steps = 0, chars = 0, slice = 0;
-    status("sampling…");
     try {
-      while (steps < options.length && !page.stop) {
+      while (steps < options.length && !this.stop) {
         const pieces = new Array(n).fill(""), until = performance.now() + (slice++ ? SLICE_MS : 0);  // (the first character at once)
         do {
-          const step = sampler.step(options);
+          const step = this.sampler.step(options);
           if (!step) { steps = options.length; break; }
           for (let j = 0; j < n; j++) pieces[j] += step[j];
           steps++;
         } while (steps < options.length && performance.now() < until);
-        pieces.forEach((piece, j) => { chars += piece.length; if (piece) page.nodes[j].appendData(piece); });
-        if (timings.firstChar === undefined && chars) timings.firstChar = performance.now();
+        pieces.forEach((piece, j) => { chars += piece.length; if (piece) this.nodes[j].appendData(piece); });
+        if (this.timings.firstChar === undefined && chars) this.timings.firstChar = performance.now();
         await nextTask();
       }
       const seconds = (performance.now() - started) / 1000;
-      status(`${chars.toLocaleString("en")} characters in ${seconds.toFixed(2)} s (${Math.round(chars / seconds).toLocaleString("en")} chars/s)`
-        + ` · seed ${options.seed}${page.stop ? " · stopped" : ""}`);
-      timings.rate = chars / seconds;
+      this.status(`${chars.toLocaleString("en")} characters in ${seconds.toFixed(2)} s `
+        + `(${Math.round(chars / seconds).toLocaleString("en")} chars/s) · seed ${options.seed}${this.stop ? " · stopped" : ""}`);
+      this.timings.rate = chars / seconds;
     } catch (e) {
-      status(`chargen: ${e.message}`, true);
+      this.status(`chargen: ${e.message}`, true);
     }
-    page.running = false;
-    timings.done = performance.now();
-    timings.runs = (timings.runs || 0) + 1;
-    buttons();
+    this.running = false;
+    Object.assign(this.timings, { done: performance.now(), runs: (this.timings.runs || 0) + 1 });
+    this.buttons();
   }
 }
 
@@ -618,6 +627,6 @@ function nextTask() {  // yield to the browser (to paint, and to take clicks) wi
   return new Promise((resolve) => { waiting.push(resolve); channel.port2.postMessage(0); });
 }
 
-if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", startPage);
+if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", () => new Page());
 if (typeof module !== "undefined") module.exports = { PCG32, exp64, kernelModule, matvecJS, cell, Model, Sampler, pick, encodePrime, halfToFloat };
 if (typeof window !== "undefined") window.chargen = { PCG32, Model, Sampler, loadModel, encodePrime };
