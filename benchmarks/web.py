@@ -13,6 +13,7 @@ samplers, in one run:
   where the others first differ.
 
     python benchmarks/web.py              # ~4 min on 2 cores; needs chromium and playwright
+    python benchmarks/web.py --against REV  # and the page with REV's chargen.js, alternated
 
 It writes benchmarks/out/web/results.json and prints markdown tables.
 """
@@ -24,6 +25,7 @@ import json
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -128,6 +130,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="page loads per row (default 3; the median is shown)")
     parser.add_argument("--length", type=int, default=10_000, help="characters per sample for 1 sample")
     parser.add_argument("--texts", type=int, default=100, help="texts per model for the fp16 comparison")
+    parser.add_argument("--against", metavar="REV",
+                        help="also the page with chargen.js of git revision REV (1 and 8 samples), alternated with "
+                        "this one's: before and after on one machine")
     parser.add_argument("--python-only", action="store_true",
                         help="only the Python samplers' rows (for ONEDNN_MAX_CPU_ISA=AVX2: the page uses no oneDNN)")
     args = parser.parse_args()
@@ -141,11 +146,18 @@ def main() -> None:
     shipped = ROOT / "models" / "shakespeare"
     for dtype in ("fp32", "fp16"):
         export_web(shipped, OUT / dtype, web_dtype=dtype, force=True, card=False)
+    if args.against:  # the same page with an earlier sampler
+        export_web(shipped, OUT / "against", force=True, card=False)
+        code = subprocess.run(["git", "show", f"{args.against}:chargen/page/chargen.js"], cwd=ROOT, check=True,
+                              capture_output=True).stdout
+        (OUT / "against" / "chargen.js").write_bytes(code)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     results: dict = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__,
                      "threads": torch.get_num_threads(), "page": {}, "python": {}}
     rows = [("fp32", 1, args.length, "auto"), ("fp32", 8, args.length // 4, "auto"), ("fp16", 1, args.length, "auto"),
             ("fp32", 1, args.length // 5, "js")]
+    if args.against:
+        rows += [("against", 1, args.length, "auto"), ("against", 8, args.length // 4, "auto")]
     runs: dict[tuple, list[dict]] = {row: [] for row in rows}
     with sync_playwright() as p, static_server(OUT) as url:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
@@ -174,6 +186,11 @@ def main() -> None:
 
 def report(results: dict) -> None:
     page, python = results["page"], results["python"]
+    if "against 1 wasm-simd" in page:
+        print("\n| page | 1 sample | 8 samples |\n| --- | ---: | ---: |")
+        for name in ("against", "fp32"):
+            print(f"| {name} | {page[name + ' 1 wasm-simd']['chars_per_s']:,.0f} | "
+                  f"{page[name + ' 8 wasm-simd']['chars_per_s']:,.0f} |")
     print(f"\nChromium {results['chromium']}; torch {results['torch']}, {results['threads']} threads\n")
     print("| sampler | 1 sample (chars/s) | 8 samples (chars/s, all together) |")
     print("| --- | ---: | ---: |")
