@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import checkpoint
 from .errors import ChargenError
 from .modes import mode_of
+
+if TYPE_CHECKING:
+    from .api import TrainedModel
 
 CARD = "README.md"
 LICENSE = "mit"  # chargen's; the corpus's own terms are the corpus's
@@ -42,17 +46,17 @@ def training_command(config: dict) -> str:
     return f"chargen train {config['corpus']['path']} " + " ".join(flags)
 
 
-def sample_of(model_dir: Path, items: bool) -> str:
-    from .api import load
-
-    model = load(model_dir, device="cpu")
-    if items:
+def sample_of(model: TrainedModel) -> str:
+    if model.kind.items:
         return "\n".join(model.generate_batch("", 40, num_samples=8, seed=0))
     return model.generate("", 400, seed=0)
 
 
 def card_text(model_dir: Path) -> str:
-    config = checkpoint.read_config(model_dir)
+    from .api import load
+
+    model = load(model_dir, device="cpu")
+    config = model.config
     corpus, summary = config["corpus"], config.get("summary", {})
     name, items = model_dir.resolve().name, mode_of(config.get("mode", "stream")).items
     bpc = summary.get("best_val_bpc")
@@ -74,11 +78,12 @@ def card_text(model_dir: Path) -> str:
         'print(model.generate("", length=300))', "```", "",
         "`chargen.load` reads `config.json`, `tokenizer.json` and `model.safetensors`; this card is for people.", "",
     ]
-    return "\n".join(front + [""] + about(model_dir, config, name) + use)
+    return "\n".join(front + [""] + about(model, name) + use)
 
 
-def about(model_dir: Path, config: dict, name: str) -> list[str]:
+def about(trained: TrainedModel, name: str) -> list[str]:
     """The card's title, description, training command and sample."""
+    config = trained.config
     model, corpus, summary = config["model"], config["corpus"], config.get("summary", {})
     mode = config.get("mode", "stream")
     bpc = summary.get("best_val_bpc")
@@ -94,15 +99,13 @@ def about(model_dir: Path, config: dict, name: str) -> list[str]:
         + (f", after {summary['step']:,} steps." if "step" in summary else "."), "",
         "## Training", "", "```sh", training_command(config), "```", "",
         "## A sample", "", "Drawn with seed 0 at temperature 0.8 when this card was written:", "", "```",
-        sample_of(model_dir, mode_of(mode).items), "```", "",
+        sample_of(trained), "```", "",
     ]
 
 
-def web_card_text(run_dir: Path, dtype: str) -> str:
+def web_card_text(model: TrainedModel, name: str, dtype: str) -> str:
     """The card of a page exported with ``--web``: a static Hugging Face Space's front
     matter, and how the page relates to chargen."""
-    config = checkpoint.read_config(run_dir)
-    name = run_dir.resolve().name
     front = ["---", f"title: {json.dumps('chargen: ' + name)}", "emoji: 🔡", "colorFrom: gray", "colorTo: blue",
              "sdk: static", "app_file: index.html", f"license: {LICENSE}", "tags:", *[f"- {tag}" for tag in TAGS],
              f"short_description: {json.dumps('A character-level LSTM that runs in your browser')}", "---"]
@@ -117,7 +120,7 @@ def web_card_text(run_dir: Path, dtype: str) -> str:
         f"For the same seed it draws {exact} `chargen sample MODEL_DIR --rng portable --seed SEED` on the "
         "model it was exported from (the page shows that command under each text).", "",
     ]
-    return "\n".join(front + [""] + about(run_dir, config, name) + page)
+    return "\n".join(front + [""] + about(model, name) + page)
 
 
 def write_card(model_dir: str | Path) -> Path:

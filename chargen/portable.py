@@ -36,8 +36,8 @@ import torch
 
 from .errors import ChargenError
 from .model import CharLSTM
-from .sample import DEFAULTS, SamplingOptions, check_sampling
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, CharTokenizer
+from .sample import Drawn, SamplingOptions, banned_ids, prime_ids
+from .tokenizer import CharTokenizer
 
 LANES = 8
 M64, M32 = (1 << 64) - 1, (1 << 32) - 1
@@ -206,8 +206,8 @@ def pick(logits: np.ndarray, allowed: np.ndarray, options: SamplingOptions, u: f
     weights = exp64(scaled)
     if options.top_p < 1:
         order = np.lexsort((np.arange(len(scaled)), -scaled))  # likeliest first; ties by id
-        before = np.add.accumulate(weights[order]) - weights[order]  # (sequential sums)
-        cut = before >= options.top_p * np.add.accumulate(weights[order])[-1]
+        running = np.add.accumulate(weights[order])  # (sequential sums)
+        cut = running - weights[order] >= options.top_p * running[-1]
         cut[0] = False
         weights[order[cut]] = 0.0
     running = np.add.accumulate(weights)
@@ -215,35 +215,20 @@ def pick(logits: np.ndarray, allowed: np.ndarray, options: SamplingOptions, u: f
     return int(passed[0]) if len(passed) else int(np.flatnonzero(weights)[-1])
 
 
-class PortableSampler:
+class PortableSampler(Drawn):
     """``chargen.sample.Sampler``'s interface (``pieces``, ``texts``, ``ended``) in the
     portable arithmetic: the text the exported page draws for the same seed."""
 
     def __init__(self, model: PortableModel, tokenizer: CharTokenizer, prime: str, *, num_samples: int = 1,
                  seed: int | None = None, items: bool = False) -> None:
-        if num_samples < 1:
-            raise ChargenError(f"--num-samples must be at least 1, not {num_samples}")
-        prime_ids = tokenizer.encode_known(prime, "prefix" if items else "prime text").tolist()
-        if items:
-            prime_ids = [BOS_ID, *prime_ids]
-        if not prime_ids:
-            raise ChargenError("sampling needs at least one prime character")
-        self.model, self.items, self.num_samples = model, items, num_samples
+        super().__init__(tokenizer, num_samples, items)
+        self.model, self._prime = model, prime_ids(tokenizer, prime, items)
         self.seed = secrets.randbits(32) if seed is None else seed
         self.rngs = [PCG32(self.seed, j) for j in range(num_samples)]
-        self.chars = [""] * len(SPECIALS) + tokenizer.chars
-        banned = (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
         self.allowed = np.ones(model.vocab_size, dtype=bool)
-        self.allowed[list(banned)] = False
-        self.ended = [False] * num_samples
-        self._drawn: list[list[str]] = [[] for _ in range(num_samples)]
-        self._prime = prime_ids
+        self.allowed[list(banned_ids(items))] = False
         self.pending: np.ndarray | None = None
         self.state: list[np.ndarray] | None = None
-
-    @property
-    def texts(self) -> list[str]:
-        return ["".join(drawn) for drawn in self._drawn]
 
     def start(self) -> None:
         """Feed the prime but its last character, one step at a time, once."""
@@ -255,27 +240,13 @@ class PortableSampler:
         self.state = [np.repeat(part, self.num_samples, axis=0) for part in state]
         self.pending = np.full(self.num_samples, self._prime[-1])
 
-    def pieces(self, length: int, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
-               top_p: float = DEFAULTS.top_p
-               ) -> Iterator[list[str]]:
-        check_sampling(temperature, top_k, top_p, length, self.num_samples)
-        return self._steps(length, SamplingOptions(temperature, top_k, top_p))
-
     def _steps(self, length: int, options: SamplingOptions) -> Iterator[list[str]]:
         for _ in range(length):
             if all(self.ended):
                 return
             self.start()
             logits, self.state = self.model.step(self.pending, self.state)
-            out = []
-            for j in range(self.num_samples):
-                if self.ended[j]:
-                    out.append("")
-                    continue
-                i = pick(logits[j], self.allowed, options, self.rngs[j].uniform())
-                self.pending[j] = i
-                self.ended[j] = self.items and i == EOS_ID
-                piece = "" if self.ended[j] else self.chars[i]
-                self._drawn[j].append(piece)
-                out.append(piece)
-            yield out
+            for j in range(self.num_samples):  # (an ended item draws nothing: its stream stays where it was)
+                if not self.ended[j]:
+                    self.pending[j] = pick(logits[j], self.allowed, options, self.rngs[j].uniform())
+            yield self.append(self.pending.tolist())

@@ -152,7 +152,63 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
 LEAN_MAX_SAMPLES = 8  # up to this many samples at once, the lean step is the faster path
 
 
-class Sampler:
+def prime_ids(tokenizer: CharTokenizer, prime: str, items: bool) -> list[int]:
+    """The ids a sampler feeds before its first draw: the prime's (a character the model
+    never saw is refused, named), after ``<bos>`` in lines mode."""
+    ids = tokenizer.encode_known(prime, "prefix" if items else "prime text").tolist()
+    ids = [BOS_ID, *ids] if items else ids
+    if not ids:
+        raise ChargenError("sampling needs at least one prime character")
+    return ids
+
+
+def banned_ids(items: bool) -> tuple[int, ...]:
+    """The ids a sampler never draws: the specials, but for ``<eos>``, which ends an item."""
+    return (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
+
+
+class Drawn:
+    """What a sampler hands out, whatever computes it: each sample's text so far, which
+    items have ended, and ``pieces``, the steps to come (a subclass's ``_steps``)."""
+
+    def __init__(self, tokenizer: CharTokenizer, num_samples: int, items: bool) -> None:
+        if num_samples < 1:
+            raise ChargenError(f"--num-samples must be at least 1, not {num_samples}")
+        self.num_samples, self.items = num_samples, items
+        self._chars = [""] * len(SPECIALS) + tokenizer.chars
+        self._drawn: list[list[str]] = [[] for _ in range(num_samples)]
+        self.ended = [False] * num_samples
+
+    @property
+    def texts(self) -> list[str]:
+        """What each sample has drawn so far, the prime not included."""
+        return ["".join(drawn) for drawn in self._drawn]
+
+    def append(self, ids: list[int]) -> list[str]:
+        """Each sample's new character for the ids drawn at a step ("" for an item that has
+        ended, whatever its id)."""
+        out = []
+        for j, i in enumerate(ids):
+            self.ended[j] = self.ended[j] or (self.items and i == EOS_ID)
+            piece = "" if self.ended[j] else self._chars[i]
+            self._drawn[j].append(piece)
+            out.append(piece)
+        return out
+
+    def pieces(self, length: int, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
+               top_p: float = DEFAULTS.top_p
+               ) -> Iterator[list[str]]:
+        """Yields up to ``length`` steps, each the new character of every sample ("" for an
+        item that has ended); the steps stop early once every item has ended. The options
+        are checked now, not when the first character is asked for."""
+        check_sampling(temperature, top_k, top_p, length, self.num_samples)
+        return self._steps(length, SamplingOptions(temperature, top_k, top_p))
+
+    def _steps(self, length: int, options: SamplingOptions) -> Iterator[list[str]]:
+        raise NotImplementedError
+
+
+class Sampler(Drawn):
     """``num_samples`` samples drawn in parallel as one batch. The LSTM state is carried
     from call to call, so ``pieces`` can be called again to continue every sample from
     where it stopped: the state is kept, the text is never fed again.
@@ -176,13 +232,8 @@ class Sampler:
         lean: bool | None = None,
         step: LeanStep | None = None,
     ) -> None:
-        if num_samples < 1:
-            raise ChargenError(f"--num-samples must be at least 1, not {num_samples}")
-        prime_ids = tokenizer.encode_known(prime, "prefix" if items else "prime text").tolist()
-        if items:
-            prime_ids = [BOS_ID, *prime_ids]
-        if not prime_ids:
-            raise ChargenError("sampling needs at least one prime character")
+        super().__init__(tokenizer, num_samples, items)
+        first = prime_ids(tokenizer, prime, items)
         self.model = model.eval()
         # After the prime, each character is one step. For a few samples a LeanStep draws the
         # same characters at up to 3x the speed of nn.LSTM (per-call overhead dominates);
@@ -192,28 +243,17 @@ class Sampler:
         if lean is None:
             lean = num_samples <= LEAN_MAX_SAMPLES
         self._step = (step or model.stepper()) if lean else None
-        self.num_samples = num_samples
-        self.items = items
-        self._drawn: list[list[str]] = [[] for _ in range(num_samples)]
-        self.ended = [False] * num_samples
-        self._chars = [""] * len(SPECIALS) + tokenizer.chars
         self.vocab_size = len(self._chars)
         self.device = model.head.weight.device
         self.race_dtype = wide_dtype(self.device)
         self._generator = make_generator(seed, self.device)
-        banned = (PAD_ID, UNK_ID, BOS_ID) if items else tuple(range(len(SPECIALS)))
-        self.banned = torch.tensor(banned, dtype=torch.long, device=self.device)
-        self._prime = torch.tensor(prime_ids, dtype=torch.long, device=self.device)
+        self.banned = torch.tensor(banned_ids(items), dtype=torch.long, device=self.device)
+        self._prime = torch.tensor(first, dtype=torch.long, device=self.device)
         # The ids drawn last and not yet fed (num_samples,), and the state they are fed into:
         # fed when the next character is asked for, so a sample that stops costs no step it
         # does not use. Both are set by ``start``.
         self.pending: torch.Tensor | None = None
         self.state: State | LeanState | None = None
-
-    @property
-    def texts(self) -> list[str]:
-        """What each sample has drawn so far, the prime not included."""
-        return ["".join(drawn) for drawn in self._drawn]
 
     @torch.inference_mode()
     def start(self) -> None:
@@ -248,25 +288,6 @@ class Sampler:
         character of every sample ("" for an item that has ended)."""
         self.pending = ids
         return self.append(ids.tolist())
-
-    def append(self, ids: list[int]) -> list[str]:
-        """``take`` without the pending ids (a batch keeps them): each sample's new character."""
-        out = []
-        for j, i in enumerate(ids):
-            self.ended[j] = self.ended[j] or (self.items and i == EOS_ID)
-            piece = "" if self.ended[j] else self._chars[i]
-            self._drawn[j].append(piece)
-            out.append(piece)
-        return out
-
-    def pieces(self, length: int, temperature: float = DEFAULTS.temperature, top_k: int = DEFAULTS.top_k,
-               top_p: float = DEFAULTS.top_p
-               ) -> Iterator[list[str]]:
-        """Yields up to ``length`` steps, each the new character of every sample ("" for an
-        item that has ended); the steps stop early once every item has ended. The options
-        are checked now, not when the first character is asked for."""
-        check_sampling(temperature, top_k, top_p, length, self.num_samples)
-        return self._steps(length, SamplingOptions(temperature, top_k, top_p))
 
     @torch.inference_mode()
     def _steps(self, length: int, options: SamplingOptions) -> Iterator[list[str]]:

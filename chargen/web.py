@@ -23,16 +23,21 @@ import threading
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import checkpoint
 from .card import CARD, web_card_text
 from .errors import ChargenError
-from .portable import LANES, PortableModel, pad
+from .model import CharLSTM
+from .portable import LANES, as_weights, pad
 from .sample import DEFAULTS, MAX_LENGTH
 from .storage import atomic_write
 from .train import MAX_SEED
+
+if TYPE_CHECKING:
+    from .api import TrainedModel
 
 FORMAT = "chargen-web"
 PAGE_FILES = ("index.html", "chargen.js")
@@ -49,12 +54,13 @@ def tensor_order(layers: int) -> list[str]:
     return names + ["head.weight", "head.bias"]
 
 
-def weights_blob(model: PortableModel, dtype: str) -> tuple[bytes, list[dict]]:
-    """weights.bin's bytes and each tensor's entry in the header: matrices row-major with
-    zero columns up to a multiple of LANES, as the page's kernel reads them."""
-    parts, entries, offset = [], [], 0
-    for name in tensor_order(model.layers):
-        tensor = model.tensors[name]
+def weights_blob(model: CharLSTM, dtype: str) -> tuple[bytes, list[dict]]:
+    """weights.bin's bytes and each tensor's entry in the header: as ``dtype`` (rounded
+    once, as ``PortableModel`` rounds them), matrices row-major with zero columns up to a
+    multiple of LANES, as the page's kernels read them."""
+    params, parts, entries, offset = dict(model.named_parameters()), [], [], 0
+    for name in tensor_order(model.config.layers):
+        tensor = as_weights(params[name], dtype)
         padded = pad(tensor) if tensor.ndim == 2 else tensor
         parts.append(padded.astype(f"<{np.dtype(dtype).str[1:]}").tobytes())
         entries.append({"name": name, "shape": list(padded.shape), "width": int(tensor.shape[-1]), "offset": offset})
@@ -62,17 +68,16 @@ def weights_blob(model: PortableModel, dtype: str) -> tuple[bytes, list[dict]]:
     return b"".join(parts), entries
 
 
-def header(model, portable: PortableModel, entries: list[dict], blob: bytes, dtype: str, name: str) -> dict:
-    config = model.config
+def header(model: TrainedModel, entries: list[dict], blob: bytes, dtype: str, name: str) -> dict:
+    config, shape = model.config, model.model.config
     summary = config.get("summary") or {}
     return {
         "format": FORMAT, "version": 1, "name": name, "mode": model.mode, "items": model.kind.items,
-        "chars": model.tokenizer.chars, "vocab_size": portable.vocab_size, "lanes": LANES,
-        "embedding": config["model"]["embedding"], "hidden": portable.hidden, "layers": portable.layers,
+        "chars": model.tokenizer.chars, "vocab_size": shape.vocab_size, "lanes": LANES,
+        "embedding": shape.embedding, "hidden": shape.hidden, "layers": shape.layers,
         "default_prime": model.default_prime,
         "defaults": {"temperature": DEFAULTS.temperature, "top_k": DEFAULTS.top_k, "top_p": DEFAULTS.top_p,
-                     "length": DEFAULTS.length if not model.kind.items else 100,
-                     "num_samples": model.kind.default_samples},
+                     "length": DEFAULTS.length, "num_samples": model.kind.default_samples},
         "limits": {"length": MAX_LENGTH, "samples": MAX_PAGE_SAMPLES, "seed": MAX_SEED},
         "weights": {"file": WEIGHTS, "dtype": dtype, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()},
         "tensors": entries,
@@ -91,18 +96,17 @@ def export_web(run_dir: Path, out_dir: Path, weights: str = "best", web_dtype: s
     dtype = WEB_DTYPES[web_dtype]
     checkpoint.check_export_target(run_dir, out_dir, force)
     model = load(run_dir, device="cpu", weights=weights)
-    portable = PortableModel(model.model, dtype)
-    blob, entries = weights_blob(portable, dtype)
+    blob, entries = weights_blob(model.model, dtype)
     checkpoint.check_room(out_dir, len(blob))
     name = run_dir.resolve().name
     page = resources.files("chargen") / "page"
     for file in PAGE_FILES:
         atomic_write(out_dir / file, (page / file).read_bytes(), then="export again")
     atomic_write(out_dir / WEIGHTS, blob, then="export again")
-    text = json.dumps(header(model, portable, entries, blob, dtype, name), ensure_ascii=False, indent=1)
+    text = json.dumps(header(model, entries, blob, dtype, name), ensure_ascii=False, indent=1)
     atomic_write(out_dir / HEADER, text.encode("utf-8"), then="export again")
     if card:
-        atomic_write(out_dir / CARD, web_card_text(run_dir, dtype).encode("utf-8"), then="export again")
+        atomic_write(out_dir / CARD, web_card_text(model, name, dtype).encode("utf-8"), then="export again")
     return out_dir
 
 

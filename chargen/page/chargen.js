@@ -254,6 +254,9 @@ class Model {
     }
     this.t = {};
     for (const t of header.tensors) this.t[t.name] = weights + t.offset;
+    this.layer = Array.from({ length: this.layers }, (_, k) => ({  // each layer's tensors, looked up once
+      ih: this.t[`lstm.weight_ih_l${k}`], hh: this.t[`lstm.weight_hh_l${k}`],
+      bih: this.t[`lstm.bias_ih_l${k}`], bhh: this.t[`lstm.bias_hh_l${k}`] }));
     const embed = header.tensors[0];
     // Layer 0's input part for every id, once: (vocab, 4 hidden).
     this.table = this.alloc(this.vocab * 4 * this.hidden);
@@ -313,10 +316,11 @@ class Model {
     this.ensureRows(n);
     const F = this.F;
     for (let k = 0; k < this.layers; k++) {
+      const { ih, hh, bih, bhh } = this.layer[k];
       F.set(state[k].h, this.h[k]);
-      this.matvec(this.t[`lstm.weight_hh_l${k}`], this.h[k], this.t[`lstm.bias_hh_l${k}`], this.gates, G, this.width, n);
+      this.matvec(hh, this.h[k], bhh, this.gates, G, this.width, n);
       if (k > 0) {
-        this.matvec(this.t[`lstm.weight_ih_l${k}`], this.h[k - 1], this.t[`lstm.bias_ih_l${k}`], this.input, G, this.width, n);
+        this.matvec(ih, this.h[k - 1], bih, this.input, G, this.width, n);
       } else {
         for (let s = 0; s < n; s++) F.copyWithin(this.input + s * G, this.table + ids[s] * G, this.table + (ids[s] + 1) * G);
       }
