@@ -36,9 +36,10 @@ except ImportError:  # not installed: fall back to the checkout this script live
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chargen import load_corpus
+from chargen.config import TrainConfig
 from chargen.corpus import epoch_steps
 from chargen.model import ModelConfig
-from chargen.train import TrainConfig, train
+from chargen.train import train
 
 
 def run_name(batch: int, scheme: str, base_batch: int) -> str:

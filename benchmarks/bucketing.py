@@ -34,9 +34,9 @@ except ImportError:  # not installed: fall back to the checkout this script live
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chargen import load_corpus, train
+from chargen.config import TrainConfig
 from chargen.lines import epoch_batches, padded_share
 from chargen.model import ModelConfig
-from chargen.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

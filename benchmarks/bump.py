@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from chargen import ModelConfig, TrainConfig, load_corpus  # noqa: E402
-from chargen.distributed import SINGLE  # noqa: E402
+from chargen.prepare import prepare_run  # noqa: E402
 from chargen.train import Trainer  # noqa: E402
 
 BUCKETS = ((0, 128), (128, 1024), (1024, None))
@@ -78,21 +78,20 @@ def main() -> None:
         if event["event"] == "train":
             last_train.update(event)
         if event["event"] == "val":
-            cold, middle, warm = loss_by_position(trainer.model, trainer.feed.val_streams)
+            cold, middle, warm = loss_by_position(trainer.run.model, trainer.run.feed.val_streams)
             print(f"| {event['step']:,} | {last_train.get('lr', 0):.2e} | {last_train.get('loss', float('nan')):.4f} | "
                   f"{event['val_loss']:.4f} | {cold:.4f} | {middle:.4f} | {warm:.4f} |", flush=True)
             if event["step"] >= args.until:
                 stop.set()
 
-    trainer = Trainer(corpus, run, model, config, resume=False, force=True, log=None, progress_bar=False,
-                      on_event=on_event, ranks=SINGLE)
+    trainer = Trainer(prepare_run(corpus, run, model, config, force=True), on_event=on_event)
     if args.reset_every:
         reset_now_and_then(trainer, config.bptt / args.reset_every)
     if args.forget_bias_1:
         from recipe import with_forget_bias
 
-        with_forget_bias(trainer.model)
-    print(f"precision {trainer.autocast_dtype or 'fp32'}; state reset every {args.reset_every or 'epoch only'}; "
+        with_forget_bias(trainer.run.model)
+    print(f"precision {trainer.run.autocast_dtype or 'fp32'}; state reset every {args.reset_every or 'epoch only'}; "
           f"forget-gate bias {'1' if args.forget_bias_1 else 'as PyTorch initialises it'}")
     print("| step | lr | train loss (last 10 steps) | val loss | first 128 chars | 128-1,024 | after 1,024 |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -104,10 +103,10 @@ def reset_now_and_then(trainer: Trainer, chance: float) -> None:
     forward, generator = trainer.forward, torch.Generator().manual_seed(0)
 
     def forward_with_resets(batch):
-        carry = trainer.state.carry
+        carry = trainer.run.state.carry
         if carry is not None:
             keep = (torch.rand(carry[0].shape[1], generator=generator) >= chance).to(carry[0].dtype)
-            trainer.state.carry = (carry[0] * keep[None, :, None], carry[1] * keep[None, :, None])
+            trainer.run.state.carry = (carry[0] * keep[None, :, None], carry[1] * keep[None, :, None])
         return forward(batch)
 
     trainer.forward = forward_with_resets

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from chargen import ChargenError, checkpoint  # noqa: E402
+from chargen.storage import load_tensors  # noqa: E402
 
 FLAGS = ["--hidden", "64", "--embedding", "16", "--batch-size", "8", "--bptt", "32", "--steps", "12000",
          "--eval-every", "10", "--val-fraction", "0.005", "--log-every", "5", "--precision", "fp32",
@@ -69,7 +70,7 @@ def checkpoint_files_load(run: Path) -> tuple[bool, int | None]:
     for name in (checkpoint.TRAINER, checkpoint.WEIGHTS, checkpoint.BEST):
         if (run / name).exists():
             try:
-                _, meta = checkpoint.load_tensors(run / name)
+                _, meta = load_tensors(run / name)
             except ChargenError:
                 return False, None
             if name == checkpoint.TRAINER:
@@ -110,8 +111,8 @@ def kill_and_resume(text: Path, work: Path, kills: int, seed: int, flags: list[s
         if process.returncode != 0:
             raise RuntimeError(f"a resumed run failed: {log_tail(run)}")
         done = 1
-    final = checkpoint.load_tensors(run / checkpoint.WEIGHTS)[0]
-    expected = checkpoint.load_tensors(work / "reference" / checkpoint.WEIGHTS)[0]
+    final = load_tensors(run / checkpoint.WEIGHTS)[0]
+    expected = load_tensors(work / "reference" / checkpoint.WEIGHTS)[0]
     same = final.keys() == expected.keys() and all(final[k].equal(expected[k]) for k in final)
     return {"kills": killed, "corrupt_checkpoints": corrupt, "kills_mid_write": mid_write,
             "max_steps_lost": max(lost, default=0), "checkpoint_interval": int(flags[flags.index("--eval-every") + 1]),

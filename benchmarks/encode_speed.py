@@ -14,6 +14,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tokenizers import Tokenizer
+
 from chargen.textfile import read_text
 from chargen.tokenizer import CharTokenizer
 
@@ -32,7 +34,8 @@ def main() -> None:
     text = read_text(path)
     mb = len(text.encode("utf-8")) / 1e6
     tok = CharTokenizer.from_text(text)
-    hf = CharTokenizer.load_hf(tok.to_json())
+    hf = Tokenizer.from_str(tok.to_json())
+    hf.encode_special_tokens = True  # ("<pad>" in a text is five characters, as chargen reads it)
     # tokenizers is slow per character: time it on a slice and scale, to keep the run short.
     piece = text[: min(len(text), 500_000)]
     piece_mb = len(piece.encode("utf-8")) / 1e6

@@ -56,9 +56,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import throughput  # noqa: E402
 
 import chargen  # noqa: E402
-from chargen import ChargenError, ModelConfig, TrainConfig, checkpoint, load_corpus, train  # noqa: E402
+from chargen import ChargenError, ModelConfig, TrainConfig, load_corpus, train  # noqa: E402
 from chargen.device import autocast_problem  # noqa: E402
-from chargen.evaluate import LN2  # noqa: E402
+from chargen.evaluate import bpc  # noqa: E402
+from chargen.export import export_model  # noqa: E402
 from chargen.sample import Sampler  # noqa: E402
 from chargen.serving import Service  # noqa: E402
 
@@ -259,7 +260,7 @@ def lean_matches_lstm(run_dir: Path, sizes: Sizes) -> tuple[bool, str]:
 def app_serves(run_dir: Path, sizes: Sizes, work: Path) -> tuple[bool, str]:
     """The app's serving layer (chargen.serving) generating on the device: two samples,
     streamed, then continued; the continued text is the one a single longer call draws."""
-    checkpoint.export_run(run_dir, work / "models" / "m")
+    export_model(run_dir, work / "models" / "m")
     service = Service(work / "models", work / "runs", work, device=sizes.device)
     *_, (_, writing) = service.generate("m", "The ", 200, 0.8, 0, 1.0, 7, 2)
     first = writing.sampler.texts
@@ -291,7 +292,7 @@ def torchrun(text: Path, sizes: Sizes, work: Path, processes: int, backend: str 
     used = backend or ("nccl" if sizes.device == "cuda" else "gloo")
     if done.returncode != 0:
         return False, f"{used}: exit {done.returncode}: {(done.stderr or done.stdout).strip()[-600:]}"
-    summary = checkpoint.read_config(out)["summary"]
+    summary = json.loads((out / 'config.json').read_text())["summary"]
     val = summary.get("best_val_loss") or math.nan
     ok = summary["step"] == sizes.torchrun_steps and math.isfinite(val)
     return ok, f"{used}, {processes} process(es): {summary['step']} steps, val loss {val:.3f}"
@@ -336,7 +337,7 @@ def legw_run(corpus, sizes: Sizes, work: Path, batch: int, precision: str) -> di
                          log_every=eval_every, sample_chars=0, device=sizes.device, precision=precision, seed=5)
     result = train(corpus, work / f"legw-{batch}", model_config(corpus, sizes.legw_model), config, force=True)
     curve = [(e["elapsed"], e["val_bpc"]) for e in result.history if e["event"] == "val"]
-    lr = checkpoint.read_config(work / f"legw-{batch}")["lr_schedule"]
+    lr = json.loads((work / f"legw-{batch}" / "config.json").read_text())["lr_schedule"]
     return {"batch": batch, "steps": result.step, "final_bpc": curve[-1][1], "train_seconds": curve[-1][0],
             "curve": curve, "lr_schedule": lr}
 
@@ -364,7 +365,7 @@ def quality(report: Report, corpus, sizes: Sizes, work: Path, seconds: float) ->
         "model": f"{m['layers']}x{m['hidden']}, embedding {m['embedding']}, dropout {m['dropout']}",
         "batch": sizes.quality_batch, "precision": precision, "seconds": seconds, "steps": result.step,
         "epochs": round(result.epoch, 2), "best_val_loss": result.best_val_loss,
-        "best_val_bpc": None if result.best_val_loss is None else result.best_val_loss / LN2, "sample": sample}
+        "best_val_bpc": None if result.best_val_loss is None else bpc(result.best_val_loss), "sample": sample}
 
 
 # --- the targets and the report ----------------------------------------------------------

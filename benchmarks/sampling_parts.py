@@ -3,7 +3,7 @@
 For the shipped Shakespeare model (1x512) it prints, best of ``--repeats``:
 - the step's products at 1 and 32 rows: oneDNN's inner product on packed weights (what the
   loop uses: a row's numbers do not depend on the batch) against MKL's ``addmm``;
-- ``pick`` (per-row options and draws) and the whole lean step at 1 and 32 rows;
+- a pick (``prepare`` of the per-row options, then ``pick_prepared``'s draw) and the whole lean step at 1 and 32 rows;
 - one sample drawn by ``Sampler`` in a new thread, with torch's default intra-op threads and
   with one (the loop's thread takes ``LOOP_THREADS``);
 - the shared loop (``SharedLoop``) stepping 1, 8, 32 and 128 texts at once: chars/s in all,
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import chargen  # noqa: E402
 from chargen.batching import LOOP_THREADS, Generation, SharedLoop  # noqa: E402
-from chargen.sample import Sampler, SamplingOptions, draw_race, pick, row_options  # noqa: E402
+from chargen.sample import Sampler, SamplingOptions, draw_race, pick_prepared, prepare, row_options  # noqa: E402
 
 
 def best_microseconds(call, repeats: int, n: int = 1000) -> float:
@@ -62,7 +62,7 @@ def picks(vocab: int, repeats: int) -> None:
         logits = torch.randn(rows, vocab)
         options = row_options(SamplingOptions(0.8, 0, 1.0), rows)
         race = draw_race(rows, vocab, torch.Generator().manual_seed(0))
-        took = best_microseconds(partial(pick, logits, *options, race), repeats)
+        took = best_microseconds(lambda: pick_prepared(logits, prepare(*options, vocab), race), repeats)  # noqa: B023
         print(f"| pick, {rows} row{'s' * (rows > 1)} | {took:,.0f} µs | |")
 
 

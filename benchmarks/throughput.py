@@ -55,12 +55,13 @@ try:
 except ImportError:  # not installed: fall back to the checkout this script lives in
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from chargen.config import TrainConfig
 from chargen.corpus import Streams, batchify
 from chargen.device import autocast_problem
 from chargen.model import CharLSTM, ModelConfig, detach_state
+from chargen.prepare import param_groups
 from chargen.sample import LEAN_MAX_SAMPLES, Sampler
 from chargen.tokenizer import CharTokenizer
-from chargen.train import TrainConfig, param_groups
 
 GEMM_SIZE = 2048
 EMBEDDING = 64

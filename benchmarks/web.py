@@ -33,11 +33,12 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # (tests/pages.py serves the page)
 
 import chargen  # noqa: E402
+from chargen.export import export_web  # noqa: E402
 from chargen.portable import PortableModel, PortableSampler  # noqa: E402
-from chargen.web import export_web, static_server  # noqa: E402
+from pages import static_server  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out" / "web"
 

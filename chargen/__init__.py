@@ -1,12 +1,12 @@
 """chargen: fast stateful character-level LSTMs: train on any text, sample from it."""
 
-__version__ = "0.1.0"
-
 from .api import TrainedModel, load
+from .config import TrainConfig
 from .corpus import Corpus, load_corpus
 from .errors import ChargenError
 from .model import ModelConfig
-from .train import TrainConfig, TrainResult, train
+from .train import TrainResult, train
+from .version import __version__
 
 __all__ = [
     "ChargenError",

@@ -15,9 +15,10 @@ from .device import resolve_device
 from .errors import ChargenError
 from .evaluate import bpc, evaluate_items, evaluate_streams
 from .lines import file_items, item_tokenizer, known_items, read_item_hashes
-from .model import CharLSTM, LeanStep, ModelConfig
-from .modes import ModeName, mode_of
+from .model import CharLSTM, LeanStep
+from .modes import ModeName
 from .portable import RNGS, PortableModel, PortableSampler
+from .record import RunRecord
 from .sample import DEFAULTS, LEAN_MAX_SAMPLES, Sampler, collect
 from .textfile import encode_file, scan_text, tokenizer_for
 from .tokenizer import CharTokenizer, recode, unknown_chars_error
@@ -26,15 +27,15 @@ from .tokenizer import CharTokenizer, recode, unknown_chars_error
 class TrainedModel:
     """A model with its tokenizer and run config, ready to sample from or evaluate."""
 
-    def __init__(self, model: CharLSTM, tokenizer: CharTokenizer, config: dict, run_dir: Path) -> None:
+    def __init__(self, model: CharLSTM, tokenizer: CharTokenizer, record: RunRecord, run_dir: Path) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.config = config
+        self.record = record
         self.run_dir = run_dir
-        self.kind = mode_of(config.get("mode", "stream"))
+        self.kind = record.mode
         self.mode: ModeName = self.kind.name
         # Lines mode starts every item from <bos>: no prime needed.
-        self.default_prime: str = "" if self.kind.items else config.get("default_prime") or tokenizer.chars[0]
+        self.default_prime: str = "" if self.kind.items else record.default_prime or tokenizer.chars[0]
         self._item_hashes: torch.Tensor | None = None
         self._step: LeanStep | None = None  # built once: every sampler shares it
         self._portable: PortableModel | None = None
@@ -102,7 +103,7 @@ class TrainedModel:
     def is_training_item(self, items: list[str]) -> list[bool]:
         """Lines mode: for each item, whether it is in the training list verbatim."""
         if self._item_hashes is None:
-            self._item_hashes = read_item_hashes(self.run_dir / checkpoint.ITEMS)
+            self._item_hashes = read_item_hashes(self.run_dir / checkpoint.ITEMS, self.run_dir)
         return known_items(self._item_hashes, items)
 
     def generate(self, prime: str = "", length: int = DEFAULTS.length, **options) -> str:
@@ -142,25 +143,13 @@ class TrainedModel:
         return {"loss": loss, "bpc": bpc(loss), "chars": len(ids)}
 
 
-def read_folder(run_dir: Path) -> tuple[dict, CharTokenizer, ModelConfig]:
-    """A run or model folder's config, vocabulary and model settings, checked against each
-    other (the weights are not read)."""
-    config = checkpoint.read_config(run_dir)
-    tokenizer = checkpoint.read_tokenizer(run_dir)
-    try:
-        model_config = ModelConfig.from_dict(config["model"])
-    except (TypeError, ChargenError) as e:
-        raise ChargenError(f"{run_dir / checkpoint.CONFIG} has a bad model section ({e})") from None
-    if model_config.vocab_size != tokenizer.vocab_size:
-        raise ChargenError(f"{run_dir}: config.json and tokenizer.json disagree on the vocabulary size")
-    return config, tokenizer, model_config
-
-
 def load(run_dir: str | os.PathLike, device: str = "auto", weights: str = "best") -> TrainedModel:
-    """Load a run folder written by ``chargen train``. ``weights`` is ``best`` (by
-    validation; the default) or ``latest``."""
+    """Load a run folder written by ``chargen train`` (or a model folder ``chargen export``
+    wrote). ``weights`` is ``best`` (by validation; the default) or ``latest``. Every file
+    is checked before it is used (chargen.checkpoint.read_folder)."""
     run_dir = Path(run_dir)
-    config, tokenizer, model_config = read_folder(run_dir)
-    model = CharLSTM(model_config)
-    checkpoint.load_weights(model, checkpoint.weights_path(run_dir, weights))
-    return TrainedModel(model.to(resolve_device(device)), tokenizer, config, run_dir)
+    target = resolve_device(device)
+    folder = checkpoint.read_folder(run_dir, weights, target)
+    model = CharLSTM(folder.record.model)
+    checkpoint.load_weights(model, folder.weights, run_dir)
+    return TrainedModel(model.to(target), folder.tokenizer, folder.record, run_dir)

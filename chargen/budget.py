@@ -21,7 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from .checkpoint import Progress
+from .trainer_state import Progress
 
 VAL_SHARE = 0.05
 # The share of that planned for: a validation's cost is known only once one has run (the
@@ -101,12 +101,13 @@ class TimeBudget:
 
     FIRST_FIT = 25  # steps timed before the first fit
 
-    def __init__(self, max_time: float | None, progress: Progress, spent: float = 0.0) -> None:
+    def __init__(self, max_time: float | None, progress: Progress, spent: float = 0.0, first_fit: int = FIRST_FIT
+                 ) -> None:
         self.max_time = max_time
+        self.next_fit = progress.step + first_fit  # the step at which the plan is next fitted to the time
         self.last_tick = time.perf_counter()
         self.start = self.last_tick - spent  # (what set-up already took of the budget: the speed probe)
         self.start_step, self.seconds_at_start = progress.step, progress.train_seconds
-        self.eval_seconds: float | None = None  # the last validation's, once one has run
         self.cost: ValidationCost | None = None  # measured at each validation
         self.val_seconds = 0.0  # spent on validation (and its samples) in this invocation
 
@@ -133,3 +134,26 @@ class TimeBudget:
     def validation_allowance(self) -> float:
         """Seconds validation may still take in this invocation, with a margin."""
         return VAL_SHARE * PLANNED_SHARE * self.max_time - self.val_seconds
+
+
+@dataclass
+class ValidationClock:
+    """When the loop validates next, and what its last validations took: the loop's one
+    piece of validation timing state."""
+
+    plan: ValidationPlan
+    validated_at: int  # the step of the last validation (or where one would have been)
+    next_at: int  # the step of the next
+    whole_at: int = -1  # the step of the last validation on the whole text
+    scoring: tuple[float, int] = (0.0, 0)  # the last validation's scoring: seconds, targets
+
+    @classmethod
+    def starting(cls, step: int, eval_every: int) -> ValidationClock:
+        at = step // eval_every * eval_every
+        return cls(ValidationPlan(eval_every), at, at + eval_every)
+
+    def validated(self, step: int) -> None:
+        self.validated_at, self.next_at = step, step + self.plan.every
+
+    def replan(self, plan: ValidationPlan, step: int) -> None:
+        self.plan, self.next_at = plan, max(step + 1, self.validated_at + plan.every)

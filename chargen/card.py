@@ -16,34 +16,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import checkpoint
+from .checkpoint import CARD
 from .errors import ChargenError
-from .modes import mode_of
+from .storage import atomic_write
 
 if TYPE_CHECKING:
     from .api import TrainedModel
+    from .record import RunRecord
 
-CARD = "README.md"
 LICENSE = "mit"  # chargen's; the corpus's own terms are the corpus's
 TAGS = ["char-level", "lstm", "text-generation"]
 
 
-def training_command(config: dict) -> str:
+def training_command(record: RunRecord) -> str:
     """``chargen train`` with the settings config.json records: it trains the model again."""
-    model, train = config["model"], config["train"]
-    flags = [f"--mode {config.get('mode', 'stream')}", f"--hidden {model['hidden']}", f"--layers {model['layers']}",
-             f"--embedding {model['embedding']}", f"--dropout {model.get('dropout') or 0:g}",
-             f"--weight-decay {train.get('weight_decay') or 0:g}", f"--batch-size {train['batch_size']}",
-             f"--base-lr {train['base_lr']:g}", f"--seed {train['seed']}"]
-    items = mode_of(config.get("mode", "stream")).items
-    flags.insert(6, f"--bucket-factor {train['bucket_factor']}" if items else f"--bptt {train['bptt']}")
-    if train.get("max_time"):
-        flags.append(f"--max-time {train['max_time']:g}")
+    model, train = record.model, record.train
+    flags = [f"--mode {record.mode.name}", f"--hidden {model.hidden}", f"--layers {model.layers}",
+             f"--embedding {model.embedding}", f"--dropout {model.dropout or 0:g}",
+             f"--weight-decay {train.weight_decay or 0:g}", f"--batch-size {train.batch_size}",
+             f"--base-lr {train.base_lr:g}", f"--seed {train.seed}"]
+    flags.insert(6, f"--bucket-factor {train.bucket_factor}" if record.mode.items else f"--bptt {train.bptt}")
+    if train.max_time:
+        flags.append(f"--max-time {train.max_time:g}")
     for name in ("epochs", "steps"):
-        if train.get(name):
-            flags.append(f"--{name} {train[name]:g}")
-    if train.get("init_from"):
-        flags.append(f"--init-from {train['init_from']}")
-    return f"chargen train {config['corpus']['path']} " + " ".join(flags)
+        if getattr(train, name):
+            flags.append(f"--{name} {getattr(train, name):g}")
+    if train.init_from:
+        flags.append(f"--init-from {train.init_from}")
+    return f"chargen train {record.corpus.path} " + " ".join(flags)
 
 
 def sample_of(model: TrainedModel) -> str:
@@ -52,29 +52,24 @@ def sample_of(model: TrainedModel) -> str:
     return model.generate("", 400, seed=0)
 
 
-def card_text(model_dir: Path) -> str:
-    from .api import load
-
-    model = load(model_dir, device="cpu")
-    config = model.config
-    corpus, summary = config["corpus"], config.get("summary", {})
-    name, items = model_dir.resolve().name, mode_of(config.get("mode", "stream")).items
-    bpc = summary.get("best_val_bpc")
-    corpus_name = Path(corpus["path"].split()[0]).name
+def card_text(model: TrainedModel, name: str) -> str:
+    """The card of ``model``, to be the README.md of its folder, named ``name``."""
+    record = model.record
+    corpus, bpc = record.corpus, record.summary.best_val_bpc
     front = ["---", "library_name: chargen", f"license: {LICENSE}", "tags:", *[f"- {tag}" for tag in TAGS],
-             "pipeline_tag: text-generation", f"corpus: {json.dumps(corpus['path'])}",
-             f"corpus_sha256: {json.dumps(corpus.get('sha256', ''))}"]
+             "pipeline_tag: text-generation", f"corpus: {json.dumps(corpus.path)}",
+             f"corpus_sha256: {json.dumps(corpus.sha256)}"]
     if bpc is not None:
         front += ["model-index:", f"- name: {json.dumps(name)}", "  results:", "  - task:",
-                  "      type: text-generation", "    dataset:", f"      name: {json.dumps(corpus_name)}",
+                  "      type: text-generation", "    dataset:", f"      name: {json.dumps(corpus.name)}",
                   "      type: text", "    metrics:", "    - type: bpc", f"      value: {bpc:.4f}",
                   "      name: validation bits per character"]
     front.append("---")
     use = [
         "## Use", "", "With chargen installed (from its repository: `pip install -e .`), and this folder as "
-        f"`{model_dir.name}/`:", "", "```sh", f"chargen sample {model_dir.name} --length 300", "```", "",
-        "```python", "import chargen", "", f'model = chargen.load("{model_dir.name}")',
-        'print(model.generate_batch("", length=40, num_samples=10))' if items else
+        f"`{name}/`:", "", "```sh", f"chargen sample {name} --length 300", "```", "",
+        "```python", "import chargen", "", f'model = chargen.load("{name}")',
+        'print(model.generate_batch("", length=40, num_samples=10))' if record.mode.items else
         'print(model.generate("", length=300))', "```", "",
         "`chargen.load` reads `config.json`, `tokenizer.json` and `model.safetensors`; this card is for people.", "",
     ]
@@ -83,21 +78,19 @@ def card_text(model_dir: Path) -> str:
 
 def about(trained: TrainedModel, name: str) -> list[str]:
     """The card's title, description, training command and sample."""
-    config = trained.config
-    model, corpus, summary = config["model"], config["corpus"], config.get("summary", {})
-    mode = config.get("mode", "stream")
-    bpc = summary.get("best_val_bpc")
-    shape = (f"{model['layers']}x{model['hidden']}, embedding {model['embedding']}, "
-             f"dropout {model.get('dropout') or 0:g}")
+    record = trained.record
+    model, corpus, summary = record.model, record.corpus, record.summary
+    bpc = summary.best_val_bpc
+    shape = f"{model.layers}x{model.hidden}, embedding {model.embedding}, dropout {model.dropout or 0:g}"
     measured = f"**{bpc:.4f} bits per character** on its validation text" if bpc is not None else \
         "no validation loss recorded"
     return [
         f"# {name}", "",
-        f"A character-level LSTM ({shape}; {config.get('parameters', 0):,} parameters, vocabulary "
-        f"{model['vocab_size']}) trained with chargen in {mode} mode on `{corpus['path']}` "
-        f"({corpus.get('chars', 0):,} characters, SHA-256 `{corpus.get('sha256', '')}`): {measured}"
-        + (f", after {summary['step']:,} steps." if "step" in summary else "."), "",
-        "## Training", "", "```sh", training_command(config), "```", "",
+        f"A character-level LSTM ({shape}; {record.parameters:,} parameters, vocabulary "
+        f"{model.vocab_size}) trained with chargen in {record.mode.name} mode on `{corpus.path}` "
+        f"({corpus.chars:,} characters, SHA-256 `{corpus.sha256}`): {measured}"
+        + (f", after {summary.step:,} steps." if summary.step else "."), "",
+        "## Training", "", "```sh", training_command(record), "```", "",
         "## A sample", "", "Drawn with seed 0 at temperature 0.8 when this card was written:", "", "```",
         sample_of(trained), "```", "",
     ]
@@ -124,10 +117,16 @@ def web_card_text(model: TrainedModel, name: str, dtype: str) -> str:
 
 
 def write_card(model_dir: str | Path) -> Path:
-    """Write (or replace) the model folder's card; its path."""
+    """Write (or replace) the card of a model folder (one whose record says it is an
+    exported model: a run's folder gets none); its path."""
+    from .api import load
+
     model_dir = Path(model_dir)
+    if checkpoint.describe_folder(model_dir) != "model":
+        raise ChargenError(f"{model_dir} is not an exported model folder; export one with 'chargen export RUN_DIR "
+                           "MODEL_DIR', which writes its card")
     path = model_dir / CARD
-    checkpoint.atomic_write(path, card_text(model_dir).encode("utf-8"))
+    atomic_write(path, card_text(load(model_dir, device="cpu"), model_dir.resolve().name).encode("utf-8"))
     return path
 
 

@@ -1,89 +1,143 @@
-"""The run folder: what it holds, and how a run is started, saved, resumed and exported.
-The bytes go through ``storage`` (atomic writes; safetensors + JSON with checksums, never
-pickle).
+"""The run folder: what it holds, what of it is chargen's, and how it is read, started,
+replaced and exported. The bytes go through ``storage`` (atomic writes; safetensors + JSON
+with checksums, never pickle; reads that trust nothing about a file), config.json through
+``record``, and the resume point through ``trainer_state``.
 
     RUN_DIR/
-      config.json               model and training config, corpus info, format version
+      config.json               the run record (chargen.record): settings, corpus, summary
       tokenizer.json            Hugging Face tokenizers format
       model.safetensors         latest weights
       best.safetensors          best weights by validation loss
-      trainer/state.safetensors the trainer state (``TrainerState``): everything a resume
-                                needs, in one file so that it is replaced atomically as a
-                                whole: weights, optimizer, carried LSTM state, RNG states,
-                                and (as JSON in the safetensors metadata) step, epoch,
-                                stream position, plan...
+      trainer/state.safetensors the trainer state (chargen.trainer_state): what a resume needs
       metrics.jsonl             one JSON line per log or validation event
       train_items.safetensors   lines mode: a hash of every training item (see ``lines``)
       tb/                       with --tensorboard: TensorBoard's event files (``board``)
 
-Every tensor file carries a SHA-256 of its tensors in its metadata, so a truncated or
-bit-flipped file is refused rather than silently loaded.
+An exported model folder holds config.json (with ``exported``), tokenizer.json,
+model.safetensors, README.md (its card) and, in lines mode, train_items.safetensors; a web
+page folder (``export --web``) its page files and model.json. A folder is chargen's when
+its record says so; only then does ``--force`` replace it, and then only chargen's own
+files in it: anything else there stays as it was.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from . import faults
+from . import faults, memory
+from .board import TB_DIR
 from .errors import ChargenError
-from .storage import TMP_SUFFIX, MetricsLog, atomic_write, load_tensors, read_json, save_tensors, write_json
+from .model import ModelConfig
+from .record import CONFIG, RunRecord, is_record, read_record
+from .storage import TMP_SUFFIX, atomic_write, fsync_folder, load_tensors, read_bytes, read_json, tensor_header
 from .tokenizer import CharTokenizer
 
-__all__ = ["MetricsLog", "Progress", "TrainerState", "atomic_write", "load_tensors", "save_tensors"]
-
-FORMAT = "chargen-run"
-FORMAT_VERSION = 1
-CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
 WEIGHTS = "model.safetensors"
 BEST = "best.safetensors"
 TRAINER = "trainer/state.safetensors"
 METRICS = "metrics.jsonl"
 ITEMS = "train_items.safetensors"  # lines mode: a hash of every training item
+CARD = "README.md"  # a model folder's card (chargen.card)
+PAGE_FORMAT, PAGE_HEADER = "chargen-web", "model.json"
 RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS, ITEMS)
+MODEL_FILES = (CONFIG, TOKENIZER, WEIGHTS, ITEMS, CARD)
+PAGE_FILES = ("index.html", "chargen.js", PAGE_HEADER, "weights.bin", CARD)
+MAX_TOKENIZER_BYTES = 16 * 2**20  # 20,000 characters take about 1 MB
 # fp32 copies of the parameters a run folder holds: the weights in model, best and the trainer
 # state (with AdamW's two moments), and the trainer state's temp file while it is replaced.
 NEW_RUN_COPIES, RESUME_COPIES = 8, 3
 
 
-# --- the run folder --------------------------------------------------------------------
+# --- what a folder is -------------------------------------------------------------------
+def describe_folder(folder: Path) -> str:
+    """``missing``, ``file`` (not a folder), ``empty``, ``run`` (a training run's record),
+    ``model`` (an exported model's), ``page`` (a web page export) or ``other``."""
+    if not folder.exists():
+        return "missing"
+    if not folder.is_dir():
+        return "file"
+    if not any(folder.iterdir()):
+        return "empty"
+    if is_record(folder):
+        return "model" if "exported" in read_json(folder / CONFIG, folder) else "run"
+    try:
+        if read_json(folder / PAGE_HEADER, folder).get("format") == PAGE_FORMAT:
+            return "page"
+    except ChargenError:
+        pass
+    return "other"
+
+
+def ours(folder: Path, kind: str) -> list[Path]:
+    """The files in ``folder`` (a ``kind`` of chargen folder) that chargen wrote there: its
+    own names, TensorBoard's event files under tb/, and its own temp files."""
+    names = {"run": RUN_FILES, "model": MODEL_FILES, "page": PAGE_FILES}[kind]
+    found = [folder / name for name in names if (folder / name).is_file() or (folder / name).is_symlink()]
+    if kind == "run" and (folder / TB_DIR).is_dir():
+        found += sorted((folder / TB_DIR).glob("events.out.tfevents.*"))
+    return found + stale_temps(folder, names)
+
+
+def stale_temps(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
+    """Temp files that ``storage.atomic_write`` left for one of ``names`` when its process
+    was killed mid-write (never read: a checkpoint is only ever the renamed, complete file)."""
+    found = []
+    for name in names:
+        where = (folder / name).parent
+        pattern = re.compile(rf"\.{re.escape(Path(name).name)}\.\d+\.[0-9a-f]{{8}}{re.escape(TMP_SUFFIX)}")
+        if where.is_dir():
+            found += [p for p in where.iterdir() if pattern.fullmatch(p.name) and p.is_file()]
+    return found
+
+
 def remove_stale_temps(run_dir: Path) -> int:
-    """Delete temp files left by a process killed mid-write (never read: a checkpoint is
-    only ever the renamed, complete file). Returns how many there were."""
-    stale = [p for folder in (run_dir, run_dir / "trainer") if folder.is_dir()
-             for p in folder.glob(f".*{TMP_SUFFIX}")]
+    """Delete a run's stale temp files; how many there were."""
+    stale = stale_temps(run_dir)
     for p in stale:
         p.unlink(missing_ok=True)
     return len(stale)
 
 
-def holds_run(run_dir: Path) -> bool:
-    return (run_dir / CONFIG).exists()
+def remove_ours(folder: Path, kind: str) -> None:
+    """Delete chargen's files from ``folder``, and its own subfolders once empty; nothing else."""
+    for path in ours(folder, kind):
+        path.unlink(missing_ok=True)
+    for sub in (folder / "trainer", folder / TB_DIR):
+        if sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()
+
+
+def refusal(folder: Path, kind: str, flag: str) -> str:
+    """Why ``folder`` (of ``kind``) is not written to; ``flag`` names the folder's option."""
+    if kind == "file":
+        return f"{folder} is a file; {flag} needs a folder"
+    if kind == "other":
+        return (f"{folder} is not empty and is not a chargen folder (it has no chargen config.json); chargen writes "
+                f"only into a new or empty folder or its own: choose another {flag}")
+    what = {"run": "a training run", "model": "an exported model", "page": "a web page export"}[kind]
+    return f"{folder} already holds {what}; choose another {flag}"
 
 
 def prepare_new_run(run_dir: Path, force: bool, checkpoint_bytes: int = 0) -> None:
-    """Make ``run_dir`` ready for a new run without overwriting anything unasked; refuse a
-    folder that cannot hold its checkpoints before anything is replaced."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ChargenError(f"{run_dir} is a file; --out needs a folder")
-    if holds_run(run_dir) and not force:
-        raise ChargenError(
-            f"{run_dir} already holds a run; pass --resume to continue it, "
-            "--force to replace it, or choose another --out"
-        )
-    if run_dir.is_dir() and not holds_run(run_dir) and any(run_dir.iterdir()) and not force:
-        raise ChargenError(f"{run_dir} exists and is not empty; choose a new --out folder (or --force)")
+    """Make ``run_dir`` ready for a new run without overwriting anything unasked, and never
+    anything that is not chargen's; refuse a folder that cannot hold its checkpoints before
+    anything is replaced."""
+    kind = describe_folder(run_dir)
+    if kind == "run" and not force:
+        raise ChargenError(f"{run_dir} already holds a run; continue it with --resume, or choose another --out")
+    if kind in ("file", "other", "page") or (kind == "model" and not force):
+        raise ChargenError(refusal(run_dir, kind, "--out"))
     check_room(run_dir, checkpoint_bytes)
-    if force:
-        for name in RUN_FILES:
-            (run_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / "trainer", ignore_errors=True)
+    if kind in ("run", "model"):
+        remove_ours(run_dir, kind)
 
 
 def check_room(run_dir: Path, checkpoint_bytes: int) -> None:
@@ -104,35 +158,37 @@ def check_room(run_dir: Path, checkpoint_bytes: int) -> None:
                            f"{checkpoint_bytes / 2**20:,.0f} MB; free some space or choose another folder")
 
 
-def read_config(run_dir: Path) -> dict:
-    """``config.json`` of a run, checked for format and version."""
-    if not run_dir.is_dir():
-        raise ChargenError(f"{run_dir}: no such run folder; train one with 'chargen train'")
-    config = read_json(run_dir / CONFIG)
-    if config.get("format") != FORMAT:
-        raise ChargenError(f"{run_dir / CONFIG} is not a chargen run config")
-    version = config.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ChargenError(
-            f"{run_dir} was written by a newer chargen (format {version}); upgrade chargen"
-        )
-    if not isinstance(config.get("model"), dict) or not isinstance(config.get("train"), dict):
-        raise ChargenError(f"{run_dir / CONFIG} is corrupt (no model or train section)")
-    return config
+def check_resumable(run_dir: Path) -> RunRecord:
+    """The record of the training run in ``run_dir``, refused (without advice that would lose
+    it) where the folder holds no run to resume."""
+    kind = describe_folder(run_dir)
+    if kind in ("missing", "empty"):
+        raise ChargenError(f"{run_dir} holds no run to resume; drop --resume to start one there")
+    if kind == "model":
+        raise ChargenError(f"{run_dir} is an exported model, not a training run, and cannot be resumed; train on "
+                           f"from it in a new folder with --init-from {run_dir} --out NEW_FOLDER")
+    if kind != "run":
+        raise ChargenError(f"{run_dir} is not a chargen run (it has no readable chargen config.json); nothing to "
+                           "resume there" if kind == "other" else refusal(run_dir, kind, "--out"))
+    return read_record(run_dir)
 
 
-def write_config(run_dir: Path, config: dict) -> None:
-    write_json(run_dir / CONFIG, {"format": FORMAT, "format_version": FORMAT_VERSION, **config})
+def inside_chargen_folder(path: Path) -> Path | None:
+    """The run, model or page folder that ``path`` would be in, at any depth, if any."""
+    for folder in path.resolve().parents:
+        if is_record(folder) or (folder / PAGE_HEADER).is_file() and describe_folder(folder) == "page":
+            return folder
+    return None
 
 
+# --- reading a folder's files -------------------------------------------------------------
 def read_tokenizer(run_dir: Path) -> CharTokenizer:
+    path = run_dir / TOKENIZER
+    text = read_bytes(path, MAX_TOKENIZER_BYTES, run_dir, f"{path} is missing; the run folder is incomplete")
     try:
-        text = (run_dir / TOKENIZER).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ChargenError(f"{run_dir / TOKENIZER} is missing; the run folder is incomplete") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ChargenError(f"{run_dir / TOKENIZER} is unreadable ({e})") from None
-    return CharTokenizer.from_json(text)
+        return CharTokenizer.from_json(text.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ChargenError(f"{path} is unreadable ({e})") from None
 
 
 def write_tokenizer(run_dir: Path, tokenizer: CharTokenizer) -> None:
@@ -144,47 +200,59 @@ def weights_path(run_dir: Path, which: str = "best") -> Path:
     if which not in ("best", "latest"):
         raise ChargenError(f"weights must be 'best' or 'latest', not {which!r}")
     best = run_dir / BEST
-    return best if which == "best" and best.exists() else run_dir / WEIGHTS
+    return best if which == "best" and (best.exists() or best.is_symlink()) else run_dir / WEIGHTS
 
 
-def export_run(run_dir: Path, out_dir: Path, weights: str = "best", force: bool = False) -> Path:
-    """A model folder for serving and sharing: config, tokenizer, the chosen weights (as the
-    folder's only weights) and, in lines mode, the training-item hashes; no trainer state
-    or metrics. It loads like any run folder but cannot be resumed."""
-    config = read_config(run_dir)
-    source = weights_path(run_dir, weights)
-    load_tensors(source)  # refuse a damaged file before copying it
-    check_export_target(run_dir, out_dir, force)
-    check_room(out_dir, source.stat().st_size)
-    for name in RUN_FILES:
-        if (out_dir / name).is_file():
-            (out_dir / name).unlink()
-    shutil.rmtree(out_dir / "trainer", ignore_errors=True)
-    atomic_write(out_dir / WEIGHTS, source.read_bytes())
-    atomic_write(out_dir / TOKENIZER, (run_dir / TOKENIZER).read_bytes())
-    if (run_dir / ITEMS).exists():
-        atomic_write(out_dir / ITEMS, (run_dir / ITEMS).read_bytes())
-    config = {k: v for k, v in config.items() if k not in ("format", "format_version")}
-    write_config(out_dir, config | {"exported": {"from": run_dir.name, "weights": weights}})
-    return out_dir
+@dataclass(frozen=True)
+class Folder:
+    """A run or model folder, read and checked: its record, its vocabulary (agreeing with
+    the record's model), and the weights file that fits that model."""
+
+    path: Path
+    record: RunRecord
+    tokenizer: CharTokenizer
+    weights: Path
 
 
-def check_export_target(run_dir: Path, out_dir: Path, force: bool) -> None:
-    """Refuse an export folder that is the run, inside it, a file, a training run, or (without
-    ``force``) a folder with something in it."""
-    if out_dir.resolve() == run_dir.resolve() or run_dir.resolve() in out_dir.resolve().parents:
-        raise ChargenError("export needs a folder of its own, not the run folder or one inside it")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ChargenError(f"{out_dir} is a file; give a folder to export to")
-    if (out_dir / TRAINER).exists():  # --force replaces a model folder, never a training run
-        raise ChargenError(f"{out_dir} holds a training run; export to another folder")
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise ChargenError(f"{out_dir} exists and is not empty; choose a new folder (or --force)")
+def read_folder(run_dir: Path, weights: str = "best", device: torch.device | None = None) -> Folder:
+    """Everything a load needs from ``run_dir``, checked before any tensor is read: the
+    record, the tokenizer against it, the weights file's header against the model's shapes,
+    and (on ``device``) the memory it takes."""
+    record = read_record(run_dir)
+    tokenizer = read_tokenizer(run_dir)
+    if record.model.vocab_size != tokenizer.vocab_size:
+        raise ChargenError(f"{run_dir}: config.json and tokenizer.json disagree on the vocabulary size "
+                           f"({record.model.vocab_size:,} and {tokenizer.vocab_size:,}); retrain or restore the folder")
+    memory.check_loadable(record.model, device or torch.device("cpu"))
+    path = weights_path(run_dir, weights)
+    check_weights_fit(path, record.model, run_dir)
+    return Folder(run_dir, record, tokenizer, path)
 
 
-def load_weights(model: torch.nn.Module, path: Path) -> dict:
-    """Load weights into ``model``; returns the file's metadata."""
-    tensors, meta = load_tensors(path)
+def check_weights_fit(path: Path, model: ModelConfig, folder: Path) -> None:
+    """The weights file declares exactly the float32 tensors of ``model`` (read from its
+    header alone: nothing is allocated for a file that does not fit)."""
+    header = tensor_header(path, folder, f"{path} is missing; the folder has no weights (has it finished its first "
+                           "checkpoint?)")
+    declared = {name: entry for name, entry in header.items() if name != "__metadata__"}
+    expected = model.shapes()
+    for name, shape in expected.items():
+        entry = declared.get(name)
+        if not isinstance(entry, dict) or entry.get("dtype") != "F32" or tuple(entry.get("shape") or ()) != shape:
+            found = "missing" if entry is None else f"{entry.get('dtype')} {entry.get('shape')}" \
+                if isinstance(entry, dict) else "corrupt"
+            raise ChargenError(f"{path} does not fit the model in config.json ({name}: {found}, where the model "
+                               f"has F32 {list(shape)}); retrain or restore the folder")
+    if extra := sorted(set(declared) - set(expected)):
+        raise ChargenError(f"{path} does not fit the model in config.json (it has {extra[0]}, which the model "
+                           "lacks); retrain or restore the folder")
+
+
+def load_weights(model: torch.nn.Module, path: Path, folder: Path | None = None) -> dict:
+    """Load the weights in ``path`` into ``model``, refusing non-finite ones; returns the
+    file's metadata."""
+    tensors, meta = load_tensors(path, folder)
+    check_finite(tensors, path)
     try:
         model.load_state_dict(tensors, strict=True)
     except RuntimeError as e:
@@ -195,109 +263,57 @@ def load_weights(model: torch.nn.Module, path: Path) -> dict:
     return meta
 
 
-# --- optimizer state <-> flat tensors -----------------------------------------------------
-def flatten_optimizer(state_dict: dict) -> tuple[dict[str, torch.Tensor], dict]:
-    tensors, scalars = {}, {}
-    for idx, per_param in state_dict["state"].items():
-        for key, value in per_param.items():
-            if torch.is_tensor(value):
-                tensors[f"optim/{idx}/{key}"] = value
-            else:
-                scalars[f"{idx}/{key}"] = value
-    return tensors, {"param_groups": state_dict["param_groups"], "scalars": scalars}
+def check_finite(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Weights with a NaN or an infinity sample nothing (the text comes out empty): refused."""
+    bad = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise ChargenError(f"{path} holds NaN or infinite weights ({', '.join(bad[:3])}); retrain or restore it")
 
 
-def unflatten_optimizer(tensors: dict[str, torch.Tensor], info: dict) -> dict:
-    state: dict[int, dict] = {}
-    for name, value in tensors.items():
-        if name.startswith("optim/"):
-            _, idx, key = name.split("/", 2)
-            state.setdefault(int(idx), {})[key] = value
-    for name, value in info.get("scalars", {}).items():
-        idx, key = name.split("/", 1)
-        state.setdefault(int(idx), {})[key] = value
-    return {"state": state, "param_groups": info["param_groups"]}
+# --- writing a folder whole -----------------------------------------------------------------
+def new_sibling(target: Path) -> Path:
+    """A fresh temp folder beside ``target`` (same file system: a rename moves it)."""
+    folder = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir()
+    except OSError as e:
+        raise ChargenError(f"cannot write in {target.parent} ({e.strerror or e}); choose a folder you can write "
+                           "to") from None
+    return folder
 
 
-# --- the trainer state --------------------------------------------------------------------
-@dataclass
-class Progress:
-    """Where the run stands: saved with every checkpoint, restored by resume."""
+def install(built: Path, target: Path, kind: str) -> None:
+    """Put the folder ``built`` (a new ``kind`` folder, complete) in ``target``'s place:
+    renamed there whole where ``target`` is missing or empty; where ``target`` is already
+    chargen's ``kind`` of folder, its chargen files are replaced by ``built``'s, one rename
+    each, and everything else in it is left as it was."""
+    if describe_folder(target) in ("missing", "empty"):
+        if target.exists():
+            target.rmdir()
+        os.rename(built, target)
+        fsync_folder(target.parent)
+        return
+    new = {p.name for p in built.iterdir()}
+    for old in ours(target, kind):
+        if old.name not in new and old.parent == target:
+            old.unlink()
+    for name in sorted(new):
+        os.replace(built / name, target / name)
+    built.rmdir()
+    fsync_folder(target)
 
-    step: int = 0
-    epoch: int = 0
-    position: int = 0  # the next batch: a row of the streams, or (lines mode) a batch of the epoch
-    total_steps: int = 0  # the plan, after fitting it to --max-time
-    requested_steps: int = 0  # the plan as asked for by --steps / --epochs
-    best_val_loss: float | None = None
-    best_step: int | None = None  # where best_val_loss was reached (best.safetensors)
-    since_best: int = 0  # whole-text validations since then that did no better (--patience)
-    last_val_loss: float | None = None
-    chars_seen: int = 0
-    train_seconds: float = 0.0
-    val_seconds: float = 0.0  # validation and its samples
-    lr_factor: float = 1.0  # halved each time a NaN or inf loss sends the run back to a checkpoint
-    nonfinite: int = 0  # how many times that has happened
 
-
-@dataclass
-class TrainerState:
-    """What a run resumes from, live: the weights (in ``model``), AdamW's moments, the data
-    RNG, the gradient scaler, the carried LSTM state and the progress (position and plan).
-    Torch's own RNG states go with it. Saved as one file, replaced atomically."""
-
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    rng: np.random.Generator
-    scaler: torch.amp.GradScaler
-    progress: Progress
-    carry: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def save(self, run_dir: Path, train_config: dict, carry: tuple[torch.Tensor, torch.Tensor] | None) -> None:
-        """The resume point in one atomic file, then the latest weights for inference.
-        ``carry``: the state of all the streams (distributed, gathered from every rank)."""
-        weights = self.model.state_dict()
-        optim_tensors, optim_info = flatten_optimizer(self.optimizer.state_dict())
-        tensors = {f"model/{k}": v for k, v in weights.items()} | optim_tensors
-        tensors["rng/torch"] = torch.get_rng_state()
-        if torch.cuda.is_available():
-            tensors["rng/cuda"] = torch.cuda.get_rng_state()
-        if carry is not None:
-            tensors["carry/h"], tensors["carry/c"] = carry
-        meta = {
-            "progress": asdict(self.progress),
-            "optimizer": optim_info,
-            "numpy_rng": self.rng.bit_generator.state,
-            "train": train_config,
-            "grad_scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
-        }
-        save_tensors(run_dir / TRAINER, tensors, meta)
-        save_tensors(run_dir / WEIGHTS, weights, {"step": self.progress.step})
-
-    def load(self, run_dir: Path, device: torch.device, streams: slice = slice(None)) -> None:
-        """Load the resume point into this state, in place: the carried state of ``streams``
-        (a rank's block of them, distributed) and the progress are replaced."""
-        path = run_dir / TRAINER
-        if not path.exists():
-            raise ChargenError(f"{run_dir} has no training checkpoint yet (it stopped before the first save); "
-                               "start it again with --force")
-        tensors, meta = load_tensors(path)
-        try:
-            weights = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
-            self.model.load_state_dict(weights, strict=True)
-            self.optimizer.load_state_dict(unflatten_optimizer(tensors, meta["optimizer"]))
-            self.rng.bit_generator.state = meta["numpy_rng"]
-            torch.set_rng_state(tensors["rng/torch"])
-            if "rng/cuda" in tensors and device.type == "cuda":
-                torch.cuda.set_rng_state(tensors["rng/cuda"])
-            progress = Progress(**meta["progress"])
-            if self.scaler.is_enabled() and meta.get("grad_scaler"):
-                self.scaler.load_state_dict(meta["grad_scaler"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise ChargenError(f"{path} does not match this run ({e}); start again with --force") from None
-        for name, value in asdict(progress).items():  # in place: the loop holds this object
-            setattr(self.progress, name, value)
-        self.carry = None
-        if "carry/h" in tensors:
-            self.carry = tuple(tensors[f"carry/{part}"][:, streams].contiguous().to(device) for part in "hc")
-
+def check_export_target(run_dir: Path, out_dir: Path, force: bool, kind: str = "model") -> None:
+    """Refuse an export folder that is the run, inside it or inside any chargen folder, a
+    file, a folder chargen did not write, one of another kind, or (without ``force``) a
+    folder with something in it."""
+    if out_dir.resolve() == run_dir.resolve() or run_dir.resolve() in out_dir.resolve().parents:
+        raise ChargenError("export needs a folder of its own, not the run folder or one inside it")
+    found = describe_folder(out_dir)
+    if found in ("missing", "empty"):
+        if (outer := inside_chargen_folder(out_dir)) is not None:
+            raise ChargenError(f"{out_dir} is inside {outer}, a chargen folder; export to a folder of its own")
+        return
+    if found != kind or not force:  # (never advising --force: the folder's model would be lost)
+        raise ChargenError(refusal(out_dir, found, "folder"))

@@ -13,18 +13,20 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from . import __version__, checkpoint
+from . import checkpoint
+from .config import DEFAULT_EPOCHS, MAX_SEED, TrainConfig
 from .corpus import MAX_VAL_CHARS, load_corpus
 from .device import PRECISIONS
 from .errors import ChargenError
 from .lines import MODES
 from .model import ModelConfig
 from .portable import RNGS
+from .record import read_record
 from .sample import DEFAULTS as SAMPLING
 from .schedule import DECAYS, SCALINGS
 from .storage import atomic_write
 from .textfile import ERROR_POLICIES
-from .train import DEFAULT_EPOCHS, MAX_SEED, TrainConfig
+from .version import __version__
 
 if TYPE_CHECKING:
     from .api import TrainedModel
@@ -285,14 +287,14 @@ def configs_from_args(args: argparse.Namespace, run_dir: Path) -> tuple[ModelCon
     if not args.resume:  # no model flag: the size is chosen for --max-time, or the default
         model_config = ModelConfig(**model_flags) if model_flags else None
         return model_config, TrainConfig(**train_flags, max_time=args.max_time)
-    saved = checkpoint.read_config(run_dir)
-    base = TrainConfig.from_dict(saved["train"])
+    saved = checkpoint.check_resumable(run_dir)
+    base = saved.train
     if "epochs" in train_flags or "steps" in train_flags:
         base = replace(base, epochs=None, steps=None)
     config = replace(base, **train_flags, max_time=args.max_time)
     model_config = None
     if model_flags:
-        model_config = replace(ModelConfig.from_dict(saved["model"]), **model_flags)
+        model_config = replace(saved.model, **model_flags)
     return model_config, config
 
 
@@ -305,7 +307,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file[0]).stem
     mode = args.mode
     if mode is None and (args.resume or args.init_from):  # (the run's mode, or the source's)
-        mode = checkpoint.read_config(run_dir if args.resume else Path(args.init_from)).get("mode", "stream")
+        mode = (checkpoint.check_resumable(run_dir) if args.resume else read_record(Path(args.init_from))).mode.name
 
     def log(message: str) -> None:
         if not (args.quiet and message.startswith("--- sample")):
@@ -344,8 +346,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     target = Path(args.output)
     if target.is_dir():
         raise ChargenError(f"--output {target} is a folder; give a file name")
-    if target.exists() and target.resolve().parent == Path(args.run_dir).resolve():
-        raise ChargenError(f"--output {target} is a file of the run itself; choose another file")
+    if (outer := checkpoint.inside_chargen_folder(target)) is not None:  # (the run's own folder among them)
+        raise ChargenError(f"--output {target} is inside {outer}, a chargen run or model folder; write the sample "
+                           "somewhere else")
     if target.exists() and not target.is_file():  # a device or a pipe (/dev/stdout): written as it is
         with open(target, "w", encoding="utf-8") as out:
             return write_samples(model, args, out)
@@ -414,11 +417,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .card import write_card
+    from .export import export_model, export_web
 
     if args.web:
-        from .web import export_web
-
         out = export_web(Path(args.run_dir), Path(args.out_dir), args.weights, args.web_dtype, args.force)
         size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
         print(f"exported {args.run_dir} ({args.weights} weights, {args.web_dtype}) as a web page to {out}: "
@@ -426,11 +427,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     if args.web_dtype != "fp32":
         raise ChargenError("--web-dtype is for --web exports; add --web")
-    out = checkpoint.export_run(Path(args.run_dir), Path(args.out_dir), args.weights, args.force)
-    card = write_card(out)
+    out = export_model(Path(args.run_dir), Path(args.out_dir), args.weights, args.force)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     print(f"exported {args.run_dir} ({args.weights} weights) to {out}: {size / 1e6:.1f} MB, with a model card "
-          f"({card.name})")
+          f"({checkpoint.CARD})")
     return 0
 
 

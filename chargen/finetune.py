@@ -17,12 +17,12 @@ import numpy as np
 import torch
 
 from . import checkpoint
-from .api import read_folder
-from .checkpoint import load_tensors
 from .corpus import Corpus
 from .errors import ChargenError
 from .lines import LineItems
 from .model import CharLSTM, ModelConfig
+from .record import InitFrom
+from .storage import load_tensors
 from .tokenizer import SPECIALS, CharTokenizer, recode
 
 
@@ -37,21 +37,20 @@ class Source:
     mode: str
     default_prime: str
 
-    def record(self, new_chars: list[str]) -> dict:
+    def record(self, new_chars: list[str]) -> InitFrom:
         """What ``config.json`` keeps of where the weights came from."""
         digest = hashlib.sha256(self.weights.read_bytes()).hexdigest()
-        return {"path": str(self.path), "weights": self.weights.name, "weights_sha256": digest,
-                "new_chars": "".join(new_chars)}
+        return InitFrom(str(self.path), self.weights.name, digest, "".join(new_chars))
 
 
-def describe(record: dict, model: ModelConfig, mode: str, resume: bool) -> str:
+def describe(record: InitFrom, model: ModelConfig, mode: str, resume: bool) -> str:
     """The start-up line of a fine-tuning run."""
-    new = record["new_chars"]
+    new = record.new_chars
     chars = f"{len(new)} new character{'s' * (len(new) != 1)} given rows of their own: {new!r}" if new else \
         "no new characters"
     if resume:
-        return f"fine-tuned from {record['path']} ({record['weights']}); {chars}"
-    return (f"starting from {record['path']} ({record['weights']}): its {model.layers}x{model.hidden} weights in "
+        return f"fine-tuned from {record.path} ({record.weights}); {chars}"
+    return (f"starting from {record.path} ({record.weights}): its {model.layers}x{model.hidden} weights in "
             f"{mode} mode, a fresh optimizer and schedule; {chars}")
 
 
@@ -62,9 +61,9 @@ def read_source(path: str | Path) -> Source:
     if not path.is_dir():
         raise ChargenError(f"--init-from {path}: no such run or model folder; give a folder 'chargen train' "
                            "or 'chargen export' wrote (for example models/shakespeare)")
-    config, tokenizer, model = read_folder(path)
-    return Source(path, checkpoint.weights_path(path, "best"), model, tokenizer, config.get("mode", "stream"),
-                  config.get("default_prime", ""))
+    folder = checkpoint.read_folder(path)
+    return Source(path, folder.weights, folder.record.model, folder.tokenizer, folder.record.mode.name,
+                  folder.record.default_prime)
 
 
 def model_for(source: Source, asked: ModelConfig | None, mode: str, vocab_size: int) -> ModelConfig:
@@ -124,7 +123,8 @@ def load_source_weights(model: CharLSTM, source: Source) -> None:
     """The source's weights into ``model``, whose vocabulary extends the source's: the old
     ids' rows as they are, each new one the mean of the old characters' rows, with the
     rarest old character's head bias."""
-    tensors, _ = load_tensors(source.weights)
+    tensors, _ = load_tensors(source.weights, source.path)
+    checkpoint.check_finite(tensors, source.weights)
     old, chars = source.model.vocab_size, slice(len(SPECIALS), source.model.vocab_size)
     current = model.state_dict()
     if set(tensors) != set(current):

@@ -87,11 +87,6 @@ class LineItems:
         self.ids, self.starts, self.n_chars = ids, starts.astype(np.int64), n_chars.astype(np.int64)
         self.lengths = self.n_chars + 1  # targets per item: its characters and <eos>
 
-    @classmethod
-    def from_strings(cls, items: list[str], tokenizer: CharTokenizer) -> LineItems:
-        n_chars = np.array([len(item) for item in items], dtype=np.int64)
-        return cls(tokenizer.encode("".join(items)), np.cumsum(n_chars) - n_chars, n_chars)
-
     def __len__(self) -> int:
         return len(self.lengths)
 
@@ -246,10 +241,12 @@ def write_item_hashes(path: Path, items: Iterable[str]) -> None:
     save_tensors(path, {"hashes": torch.from_numpy(hashes)}, {"items": len(hashes)})
 
 
-def read_item_hashes(path: Path) -> torch.Tensor:
-    if not path.exists():
-        raise ChargenError(f"{path} is missing: only a run trained in lines mode knows its training items")
-    return load_tensors(path)[0]["hashes"]
+def read_item_hashes(path: Path, folder: Path | None = None) -> torch.Tensor:
+    tensors, _ = load_tensors(path, folder, f"{path} is missing: only a run trained in lines mode knows its training "
+                              "items")
+    if "hashes" not in tensors or tensors["hashes"].dtype != torch.int64:
+        raise ChargenError(f"{path} holds no item hashes; retrain or restore it")
+    return tensors["hashes"]
 
 
 def known_items(hashes: torch.Tensor, items: list[str]) -> list[bool]:

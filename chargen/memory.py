@@ -34,6 +34,7 @@ CHECKPOINT_COPIES = 9  # weights and moments cloned to the CPU, hashed and seria
 # fp32 values kept per position of a batch: per embedding unit; per hidden unit of the first
 # LSTM layer and of each further one; per vocabulary entry (logits, log-softmax, gradient).
 PER_EMBEDDING, PER_HIDDEN_FIRST, PER_HIDDEN_MORE, PER_VOCAB = 3, 22, 12, 3
+LOAD_COPIES = 3  # loading a model: the file's tensors, the model, the sampler's packed weights
 RUNTIME_CPU = 96 * 2**20  # what training adds on a CPU for any model: oneDNN, autograd, threads
 
 
@@ -113,6 +114,17 @@ def available_bytes(device: torch.device) -> int | None:
         found = [psutil.virtual_memory().available]
     # Processes of one torchrun on this machine share its memory.
     return min(found) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+
+
+def check_loadable(config: ModelConfig, device: torch.device) -> None:
+    """Refuse, before anything is allocated, a model (as a folder's config.json describes
+    it) that ``device`` cannot hold while it is read: the file's tensors, the model, and the
+    sampler's packed copy of its weights."""
+    need, available = 4 * parameter_count(config) * LOAD_COPIES, available_bytes(device)
+    if available is not None and need > available:
+        raise ChargenError(f"loading this {config.layers}x{config.hidden} model ({parameter_count(config):,} "
+                           f"parameters) needs about {size_text(need)}, but this machine has {size_text(available)} "
+                           "free; is its config.json right?")
 
 
 def size_text(n: float) -> str:

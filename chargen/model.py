@@ -8,11 +8,16 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import nn
 
+from .checks import check_field_types, check_finite
 from .errors import ChargenError
+from .tokenizer import MAX_VOCAB, SPECIALS
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (layers, batch, hidden)
 # LeanStep's state: (h, c) and each layer's recurrent part of the next step (layers, batch, 4·hidden)
 LeanState = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+# Bounds on a model's shape, far past any useful char-LSTM, so that a config.json asking for
+# a million layers is refused at once rather than built for minutes (memory is checked after).
+MAX_LAYERS, MAX_WIDTH = 64, 65_536
 
 
 @dataclass
@@ -24,16 +29,27 @@ class ModelConfig:
     dropout: float | None = None  # None: as the epochs of the run call for (chargen.autosize); built alone, 0
 
     def __post_init__(self) -> None:
-        if self.vocab_size < 0:
-            raise ChargenError(f"the vocabulary size must be positive, not {self.vocab_size}")
-        for name in ("embedding", "hidden", "layers"):
-            if getattr(self, name) <= 0:
-                raise ChargenError(f"--{name} must be positive, not {getattr(self, name)}")
+        check_field_types(self)
+        if not 0 <= self.vocab_size <= MAX_VOCAB + len(SPECIALS):
+            raise ChargenError(f"the vocabulary size must be 0 to {MAX_VOCAB + len(SPECIALS):,}, not {self.vocab_size}")
+        for name, most in (("embedding", MAX_WIDTH), ("hidden", MAX_WIDTH), ("layers", MAX_LAYERS)):
+            if not 0 < getattr(self, name) <= most:
+                raise ChargenError(f"--{name} must be 1 to {most:,}, not {getattr(self, name)}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ChargenError(f"--dropout must be in [0, 1), not {self.dropout}")
+        check_finite(self)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every weight's name and shape in a ``CharLSTM`` of this config, without building it."""
+        v, e, h = self.vocab_size, self.embedding, self.hidden
+        shapes: dict[str, tuple[int, ...]] = {"embed.weight": (v, e)}
+        for k in range(self.layers):
+            shapes |= {f"lstm.weight_ih_l{k}": (4 * h, e if k == 0 else h), f"lstm.weight_hh_l{k}": (4 * h, h),
+                       f"lstm.bias_ih_l{k}": (4 * h,), f"lstm.bias_hh_l{k}": (4 * h,)}
+        return shapes | {"head.weight": (v, h), "head.bias": (v,)}
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:

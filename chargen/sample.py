@@ -51,23 +51,9 @@ def check_sampling(temperature: float, top_k: int, top_p: float, length: int, nu
                            f"{length * num_samples:,} characters; ask for at most {MAX_BATCH_CHARS:,} at once")
 
 
-def pick(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-         race: torch.Tensor) -> torch.Tensor:
-    """Next ids (rows,) from logits (rows, vocab), each row with its own options (tensors of
-    (rows,)): greedy at temperature 0, otherwise a draw from the temperature-scaled
-    distribution cut to the row's top k and top p. ``race`` (rows, vocab) holds Exp(1)
-    draws from each row's own random stream: the id drawn is the one whose probability over
-    its draw is largest (the exponential race: id i wins with probability p_i).
-
-    Each row's id depends on its own logits, options and draws alone, computed by the same
-    operations whatever the other rows ask for (a row that cuts nothing goes through a cut
-    unchanged), so a text drawn among others is the text drawn alone."""
-    return pick_prepared(logits, prepare(temperature, top_k, top_p, logits.shape[-1]), race)
-
-
 @dataclass(frozen=True)
 class Prepared:
-    """``pick``'s per-row options with what they imply worked out once, by ``prepare``: a
+    """``pick_prepared``'s per-row options with what they imply worked out once, by ``prepare``: a
     text's options do not change from step to step, so a loop prepares them when its rows
     change, not at every step."""
 
@@ -79,7 +65,7 @@ class Prepared:
 
 
 def prepare(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, vocab: int) -> Prepared:
-    """The (rows,) options of ``pick`` for logits of ``vocab`` ids, prepared."""
+    """The (rows,) options of ``pick_prepared`` for logits of ``vocab`` ids, prepared."""
     tiny, largest = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
     greedy = temperature < tiny  # 0, or too small for float32 to tell from 0
     # The temperature kept within float32: no temperature, however small or large, makes an
@@ -93,7 +79,15 @@ def prepare(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
 
 
 def pick_prepared(logits: torch.Tensor, options: Prepared, race: torch.Tensor) -> torch.Tensor:
-    """``pick`` with options from ``prepare``."""
+    """Next ids (rows,) from logits (rows, vocab), each row with its own options (``prepare``'s,
+    from tensors of (rows,)): greedy at temperature 0, otherwise a draw from the temperature-scaled
+    distribution cut to the row's top k and top p. ``race`` (rows, vocab) holds Exp(1)
+    draws from each row's own random stream: the id drawn is the one whose probability over
+    its draw is largest (the exponential race: id i wins with probability p_i).
+
+    Each row's id depends on its own logits, options and draws alone, computed by the same
+    operations whatever the other rows ask for (a row that cuts nothing goes through a cut
+    unchanged), so a text drawn among others is the text drawn alone."""
     logits = logits.float()
     scaled = (logits - logits.max(dim=-1, keepdim=True).values) / options.scale  # (the likeliest at 0)
     if options.kth is not None:
@@ -121,23 +115,10 @@ def draw_race(rows: int, vocab: int, generator: torch.Generator) -> torch.Tensor
 
 def row_options(options: SamplingOptions, rows: int, device: torch.device | str = "cpu"
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``options`` as the (rows,) tensors ``pick`` takes."""
+    """``options`` as the (rows,) tensors ``pick_prepared`` takes."""
     return (torch.full((rows,), options.temperature, dtype=wide_dtype(device), device=device),
             torch.full((rows,), options.top_k, dtype=torch.long, device=device),
             torch.full((rows,), options.top_p, dtype=wide_dtype(device), device=device))
-
-
-def pick_next(
-    logits: torch.Tensor,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    generator: torch.Generator,
-) -> torch.Tensor:
-    """``pick`` with the same options for every row and draws from ``generator``."""
-    options = SamplingOptions(temperature, top_k, top_p)
-    race = draw_race(logits.shape[0], logits.shape[-1], generator)
-    return pick(logits, *row_options(options, logits.shape[0], logits.device), race)
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -273,7 +254,7 @@ class Sampler(Drawn):
         self.pending = self._prime[-1:].expand(n).contiguous()
 
     def race(self) -> torch.Tensor:
-        """This step's random draws for every sample (see ``pick``)."""
+        """This step's random draws for every sample (see ``pick_prepared``)."""
         out = torch.empty(self.num_samples, self.vocab_size, dtype=self.race_dtype, device=self.device)
         self.race_into(out)
         return out

@@ -1,4 +1,4 @@
-"""What the web app serves, without the page: the model shelf, each browser session's text
+"""What the web app serves, without the page: the model shelf (``chargen.shelf``), each browser session's text
 in progress, and the one training job. ``app.py`` lays out a page and wires its events to a
 ``Service``; everything here runs, and is tested, without a server.
 
@@ -10,37 +10,31 @@ path), numbers are clamped to ``Limits`` whatever the sliders say, and a problem
 from __future__ import annotations
 
 import asyncio
-import atexit
 import functools
-import hashlib
 import math
 import queue
 import re
-import shutil
-import tempfile
 import threading
 import time
-import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import checkpoint
-from .api import TrainedModel, load
+from .api import TrainedModel
 from .batching import Generation, SharedLoop
+from .config import TrainConfig
 from .corpus import load_corpus
 from .device import resolve_device
 from .errors import ChargenError
-from .evaluate import LN2
+from .evaluate import bpc
 from .model import ModelConfig
+from .record import read_record
 from .sample import DEFAULTS, Sampler, SamplingOptions
-from .train import TrainConfig, TrainResult, train
-from .web import CARD, HEADER, PAGE_FILES, export_web
-from .web import WEIGHTS as WEB_WEIGHTS
+from .shelf import Shelf, WebPages, model_card
+from .train import TrainResult, train
 
-__all__ = ["AUTO", "DEFAULTS", "PRESETS", "SCRATCH", "Limits", "Service", "Shelf", "TextStream", "TrainingView",
-           "WebPages", "Writing"]
+__all__ = ["AUTO", "DEFAULTS", "PRESETS", "SCRATCH", "Limits", "Service", "TextStream", "TrainingView", "Writing"]
 
 
 @dataclass(frozen=True)
@@ -75,97 +69,6 @@ BUSY = "This text is still being generated; wait for it or press Stop."
 LEAVING_SECONDS = 10.0  # the most a stopped generation may take to leave the loop (one step)
 STOPPED = {"done": "finished", "time": "reached its time budget", "interrupted": "stopped",
            "patience": "stopped early (no better validation loss)"}
-
-
-# --- the models on offer ------------------------------------------------------------------
-class Shelf:
-    """Model folders by name: ``models/<name>`` as ``<name>``, ``runs/<name>`` as
-    ``runs/<name>``. Loaded on ``device`` on first use and kept; reloaded when the weights
-    change."""
-
-    def __init__(self, models_dir: Path, runs_dir: Path, device: str = "cpu") -> None:
-        self.models_dir, self.runs_dir, self.device = Path(models_dir), Path(runs_dir), device
-        self._loaded: dict[str, tuple[float, TrainedModel]] = {}
-        self._lock = threading.Lock()
-
-    def folders(self) -> dict[str, Path]:
-        found = {}
-        for base, prefix in ((self.models_dir, ""), (self.runs_dir, "runs/")):
-            if base.is_dir():
-                for folder in sorted(base.iterdir()):
-                    if (folder / "config.json").is_file() and weights_file(folder) is not None:
-                        found[prefix + folder.name] = folder
-        return found
-
-    def names(self) -> list[str]:
-        return list(self.folders())
-
-    def default(self) -> str | None:
-        names = self.names()
-        return "shakespeare" if "shakespeare" in names else (names[0] if names else None)
-
-    def get(self, name: str) -> TrainedModel:
-        folder = self.folders().get(name) if isinstance(name, str) else None
-        if folder is None:
-            raise ChargenError(f"unknown model {str(name)[:60]!r}; pick one from the list")
-        stamp = weights_file(folder).stat().st_mtime
-        with self._lock:
-            cached = self._loaded.get(name)
-            if cached is None or cached[0] != stamp:
-                self._loaded[name] = (stamp, load(folder, device=self.device))
-            return self._loaded[name][1]
-
-
-class WebPages:
-    """Each shelf model's static page (``chargen export --web``), for the app to serve: made
-    on first request into a folder of this process's own, and again when the weights change.
-    The visitor's browser then samples; the server only sends the files."""
-
-    FILES = (*PAGE_FILES, HEADER, WEB_WEIGHTS, CARD)
-
-    def __init__(self, shelf: Shelf) -> None:
-        self.shelf = shelf
-        self.root = Path(tempfile.mkdtemp(prefix="chargen-web-"))
-        atexit.register(shutil.rmtree, self.root, ignore_errors=True)
-        self._made: dict[str, tuple[float, Path]] = {}
-        self._lock = threading.Lock()
-
-    def file(self, name: str, file: str) -> Path:
-        """The path of ``file`` of the model ``name``'s page; a ChargenError for a name not
-        on the shelf or a file the page does not have."""
-        source = self.shelf.folders().get(name)
-        if source is None or file not in self.FILES:
-            raise ChargenError(f"no such page: {name}/{file}")
-        stamp = weights_file(source).stat().st_mtime
-        with self._lock:
-            made = self._made.get(name)
-            if made is None or made[0] != stamp:
-                out = self.root / hashlib.sha256(name.encode()).hexdigest()[:16]
-                export_web(source, out, force=True)
-                self._made[name] = (stamp, out)
-            return self._made[name][1] / file
-
-
-def weights_file(folder: Path) -> Path | None:
-    """The weights ``chargen.load`` would read (the best, else the latest), if any."""
-    path = checkpoint.weights_path(folder)
-    return path if path.is_file() else None
-
-
-def model_card(model: TrainedModel, name: str | None = None) -> str:
-    config = model.config
-    corpus = Path(config.get("corpus", {}).get("path", "?")).name
-    m = config["model"]
-    bpc = (config.get("summary") or {}).get("best_val_bpc")
-    page = f" · [run it in your browser]({web_path(name)})" if name else ""
-    return (f"**{corpus}** · {model.kind.description} · {m['layers']}x{m['hidden']} LSTM, "
-            f"{config.get('parameters', 0):,} parameters · validation {'n/a' if bpc is None else f'{bpc:.3f}'} "
-            f"bits/char{page}")
-
-
-def web_path(name: str) -> str:
-    """Where the app serves the model's page, relative to the app's own address."""
-    return f"web/{urllib.parse.quote(name)}/"
 
 
 # --- generating --------------------------------------------------------------------------
@@ -396,7 +299,7 @@ class TrainingJob:
         best, model = self.result.best_val_loss, self.result.model.config
         return (f"**{name}** ({model.layers}x{model.hidden}, dropout {model.dropout:g}) "
                 f"{STOPPED[self.result.stopped]} at step {self.result.step:,}; best validation "
-                f"{'n/a' if best is None else f'{best / LN2:.3f}'} bits/char. It is in the Generate tab's list.")
+                f"{'n/a' if best is None else f'{bpc(best):.3f}'} bits/char. It is in the Generate tab's list.")
 
 
 def progress_line(name: str, event: dict, wall: float) -> str:
@@ -500,10 +403,10 @@ class Service:
             mode = self.job.start(owner, text_path, run_dir, PRESETS[preset], config)
             what = preset
         else:
-            source_config = checkpoint.read_config(source)
-            mode = self.job.start(owner, text_path, run_dir, None, config, source_config.get("mode", "stream"))
-            shape = source_config["model"]
-            what = f"fine-tuning {start_from}, its size {shape['layers']}x{shape['hidden']}"
+            source_record = read_record(source)
+            mode = self.job.start(owner, text_path, run_dir, None, config, source_record.mode.name)
+            shape = source_record.model
+            what = f"fine-tuning {start_from}, its size {shape.layers}x{shape.hidden}"
         name = f"runs/{run_dir.name}"
         view = TrainingView(f"Training **{name}** ({what}, {mode} mode) for up to {seconds} s…")
         return self._follow(name, view)

@@ -1,6 +1,11 @@
 """Files that are never half-written and never silently wrong: atomic writes (temp file,
 fsync, rename), JSON, tensors in safetensors with a checksum of their contents, and an
 append-only log. Nothing here knows what a run folder holds (see ``checkpoint``).
+
+Reading trusts nothing about a file: it must be a regular file (a FIFO would block for
+ever, a link to /dev/zero would read until memory runs out), inside the folder it is read
+from, no bigger than what chargen writes of its kind; a tensor file's header must declare
+exactly the bytes the file holds before any tensor is read or hashed.
 """
 
 from __future__ import annotations
@@ -9,6 +14,8 @@ import hashlib
 import json
 import os
 import secrets
+import stat
+import struct
 from pathlib import Path
 
 import torch
@@ -19,6 +26,9 @@ from . import faults
 from .errors import ChargenError
 
 TMP_SUFFIX = ".tmp"  # atomic_write's temp files: .NAME.PID.RANDOM.tmp beside the file
+MAX_JSON_BYTES = 64 * 2**20  # config.json lists a corpus's files with their hashes: 100,000 files fit
+MAX_HEADER_BYTES = 100 * 2**20  # a safetensors header (safetensors' own limit)
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"  # how a Git LFS pointer file begins
 
 
 def atomic_write(path: Path, data: bytes, then: str = "resume") -> None:
@@ -41,32 +51,92 @@ def atomic_write(path: Path, data: bytes, then: str = "resume") -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_folder(path.parent)
     except OSError as e:  # a full disk, a read-only or vanished folder: the old file stands
         raise ChargenError(f"could not write {path} ({e.strerror or e}); free some disk space or fix the "
                            f"folder, then {then}: the previous {path.name} is intact") from None
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable."""
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def write_json(path: Path, obj: dict) -> None:
     atomic_write(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def read_json(path: Path) -> dict:
+# --- reading what may be anything ---------------------------------------------------------
+def file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def open_regular(path: Path, folder: Path | None = None, missing: str | None = None) -> int:
+    """A read-only descriptor of ``path``, refused unless it is a regular file (and, given
+    ``folder``, one inside it once links are followed). ``missing``: the message when it
+    does not exist."""
+    if folder is not None:
+        real, inside = path.resolve(), folder.resolve()
+        if inside not in real.parents:
+            raise ChargenError(f"{path} is a link to {'a file' if real.exists() else 'nothing'} outside {folder}; "
+                               "put the file itself in the folder")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise ChargenError(f"{path} is missing; is this a chargen run folder?") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ChargenError(f"{path} is unreadable or corrupt ({e}); retrain or restore it") from None
-    if not isinstance(data, dict):
-        raise ChargenError(f"{path} is corrupt (not a JSON object); retrain or restore it")
+        raise ChargenError(missing or f"{path} is missing") from None
+    except OSError as e:
+        raise ChargenError(f"cannot read {path} ({e.strerror or e}); check it and its permissions") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ChargenError(f"{path} is {file_kind(mode)}, not a file; chargen reads only regular files: put the "
+                           "file itself there")
+    return fd
+
+
+def read_bytes(path: Path, cap: int, folder: Path | None = None, missing: str | None = None) -> bytes:
+    """The whole of a regular file (see ``open_regular``) of at most ``cap`` bytes."""
+    fd = open_regular(path, folder, missing)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        data = f.read(cap + 1) if size <= cap else b""
+    if size > cap or len(data) > cap:
+        raise ChargenError(f"{path} is {max(size, len(data)) / 2**20:,.1f} MB, more than chargen ever writes there "
+                           f"({cap / 2**20:,.0f} MB at most); is it the right file?")
     return data
 
 
+def read_json(path: Path, folder: Path | None = None, missing: str | None = None, cap: int = MAX_JSON_BYTES) -> dict:
+    """A JSON object from a regular file of at most ``cap`` bytes."""
+    data = read_bytes(path, cap, folder, missing or f"{path} is missing; is this a chargen run folder?")
+    if data.startswith(LFS_POINTER):
+        raise lfs_pointer_error(path)
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ChargenError(f"{path} is corrupt (JSON nested too deep); retrain or restore it") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ChargenError(f"{path} is unreadable or corrupt ({e}); retrain or restore it") from None
+    if not isinstance(obj, dict):
+        raise ChargenError(f"{path} is corrupt (not a JSON object); retrain or restore it")
+    return obj
+
+
+def lfs_pointer_error(path: Path) -> ChargenError:
+    return ChargenError(f"{path} is a Git LFS pointer, not the file itself (the repository was cloned without its "
+                        "large files); fetch them with 'git lfs install && git lfs pull' in the repository")
+
+
+# --- tensors ------------------------------------------------------------------------------
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
@@ -83,11 +153,37 @@ def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict | 
     atomic_write(path, safetensors_bytes(tensors, metadata=meta))
 
 
-def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+def tensor_header(path: Path, folder: Path | None = None, missing: str | None = None) -> dict[str, dict]:
+    """A safetensors file's header (name -> dtype, shape, data_offsets; and
+    ``__metadata__``), read without its tensors, refused unless it declares exactly the
+    bytes the file holds."""
+    fd = open_regular(path, folder, missing or f"{path} is missing; the run has no checkpoint there")
+    with os.fdopen(fd, "rb") as f:
+        size, start = os.fstat(fd).st_size, f.read(len(LFS_POINTER))
+        if start == LFS_POINTER:
+            raise lfs_pointer_error(path)
+        (length,) = struct.unpack("<Q", start[:8]) if len(start) >= 8 else (-1,)
+        if not 0 < length <= min(MAX_HEADER_BYTES, size - 8):
+            raise ChargenError(f"{path} is corrupt or not a checkpoint (truncated, or not a safetensors file: "
+                               f"{size:,} bytes); retrain or restore it")
+        f.seek(8)
+        try:
+            header = json.loads(f.read(length))
+            ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
+        except (ValueError, RecursionError, TypeError, KeyError, IndexError, AttributeError):
+            raise ChargenError(f"{path} has a corrupt header; retrain or restore it") from None
+    declared = 8 + length + max((e for e in ends if isinstance(e, int)), default=0)
+    if declared != size:
+        raise ChargenError(f"{path} is corrupt{' (truncated)' if size < declared else ''}: its header declares "
+                           f"{declared:,} bytes, the file has {size:,}; retrain or restore it")
+    return header
+
+
+def load_tensors(path: Path, folder: Path | None = None, missing: str | None = None
+                 ) -> tuple[dict[str, torch.Tensor], dict]:
     """Tensors and metadata from a file written by ``save_tensors``; refuses anything
     missing, truncated, altered, or not ours."""
-    if not path.is_file():
-        raise ChargenError(f"{path} is missing; the run has no checkpoint there")
+    tensor_header(path, folder, missing)
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
@@ -99,10 +195,12 @@ def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
     if _digest(tensors) != meta["sha256"]:
         raise ChargenError(f"{path} is corrupt (checksum mismatch); retrain or restore it")
     try:
-        return tensors, json.loads(meta["chargen"])
-    except json.JSONDecodeError:
+        info = json.loads(meta["chargen"])
+    except (json.JSONDecodeError, RecursionError):
         raise ChargenError(f"{path} has corrupt metadata; retrain or restore it") from None
-
+    if not isinstance(info, dict):
+        raise ChargenError(f"{path} has corrupt metadata; retrain or restore it")
+    return tensors, info
 
 
 class MetricsLog:

@@ -165,14 +165,10 @@ class CharTokenizer:
                 raise ValueError("ids are not 0..n-1")
             if tuple(tok for tok, _ in by_id[: len(SPECIALS)]) != SPECIALS:
                 raise ValueError("special tokens are not <pad> <unk> <bos> <eos>")
+            if len(by_id) - len(SPECIALS) > MAX_VOCAB:
+                raise ValueError(f"{len(by_id) - len(SPECIALS):,} characters, more than a model takes")
             return cls([tok for tok, _ in by_id[len(SPECIALS):]])
+        except RecursionError:
+            raise ChargenError("tokenizer.json is not a chargen character vocabulary (nested too deep)") from None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ChargenError(f"tokenizer.json is not a chargen character vocabulary ({e})") from None
-
-    @staticmethod
-    def load_hf(text: str) -> Tokenizer:
-        """A Hugging Face tokenizer from ``tokenizer.json`` text, set to treat ``<pad>`` etc.
-        in the input as plain characters (that flag is not stored in the file)."""
-        hf = Tokenizer.from_str(text)
-        hf.encode_special_tokens = True
-        return hf

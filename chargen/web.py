@@ -14,34 +14,27 @@ halve the download and change the numbers (benchmarks/web.py measures how often 
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
-import http.server
 import json
-import threading
-from collections.abc import Iterator
 from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import checkpoint
-from .card import CARD, web_card_text
+from .card import web_card_text
+from .checkpoint import CARD, PAGE_FORMAT, PAGE_HEADER
+from .config import MAX_SEED
 from .errors import ChargenError
 from .model import CharLSTM
 from .portable import LANES, as_weights, pad
 from .sample import DEFAULTS, MAX_LENGTH
-from .storage import atomic_write
-from .train import MAX_SEED
 
 if TYPE_CHECKING:
     from .api import TrainedModel
 
-FORMAT = "chargen-web"
-PAGE_FILES = ("index.html", "chargen.js")
-HEADER, WEIGHTS = "model.json", "weights.bin"
+FORMAT = PAGE_FORMAT
+PAGE_FILES = ("index.html", "chargen.js")  # the page's own code, copied as it is
+HEADER, WEIGHTS = PAGE_HEADER, "weights.bin"
 WEB_DTYPES = {"fp32": "float32", "fp16": "float16"}
 MAX_PAGE_SAMPLES = 1000  # the page's own cap: each sample's text is held in the page
 
@@ -69,8 +62,7 @@ def weights_blob(model: CharLSTM, dtype: str) -> tuple[bytes, list[dict]]:
 
 
 def header(model: TrainedModel, entries: list[dict], blob: bytes, dtype: str, name: str) -> dict:
-    config, shape = model.config, model.model.config
-    summary = config.get("summary") or {}
+    record, shape = model.record, model.model.config
     return {
         "format": FORMAT, "version": 1, "name": name, "mode": model.mode, "items": model.kind.items,
         "chars": model.tokenizer.chars, "vocab_size": shape.vocab_size, "lanes": LANES,
@@ -81,47 +73,21 @@ def header(model: TrainedModel, entries: list[dict], blob: bytes, dtype: str, na
         "limits": {"length": MAX_LENGTH, "samples": MAX_PAGE_SAMPLES, "seed": MAX_SEED},
         "weights": {"file": WEIGHTS, "dtype": dtype, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()},
         "tensors": entries,
-        "about": {"corpus": Path(str(config.get("corpus", {}).get("path", "?")).split()[0]).name,
-                  "parameters": config.get("parameters", 0), "val_bpc": summary.get("best_val_bpc")},
+        "about": {"corpus": record.corpus.name, "parameters": record.parameters,
+                  "val_bpc": record.summary.best_val_bpc},
     }
 
 
-def export_web(run_dir: Path, out_dir: Path, weights: str = "best", web_dtype: str = "fp32", force: bool = False,
-               card: bool = True) -> Path:
-    """Write the static page's folder for ``run_dir`` (a run or model folder) into ``out_dir``."""
-    from .api import load
-
+def page_files(model: TrainedModel, web_dtype: str, name: str, card: bool = True) -> dict[str, bytes]:
+    """The page folder's files for ``model`` (a run or model folder's, loaded), by name."""
     if web_dtype not in WEB_DTYPES:
         raise ChargenError(f"--web-dtype is fp32 or fp16, not {web_dtype!r}")
     dtype = WEB_DTYPES[web_dtype]
-    checkpoint.check_export_target(run_dir, out_dir, force)
-    model = load(run_dir, device="cpu", weights=weights)
     blob, entries = weights_blob(model.model, dtype)
-    checkpoint.check_room(out_dir, len(blob))
-    name = run_dir.resolve().name
     page = resources.files("chargen") / "page"
-    for file in PAGE_FILES:
-        atomic_write(out_dir / file, (page / file).read_bytes(), then="export again")
-    atomic_write(out_dir / WEIGHTS, blob, then="export again")
-    text = json.dumps(header(model, entries, blob, dtype, name), ensure_ascii=False, indent=1)
-    atomic_write(out_dir / HEADER, text.encode("utf-8"), then="export again")
+    files = {file: (page / file).read_bytes() for file in PAGE_FILES}
+    files[WEIGHTS] = blob
+    files[HEADER] = json.dumps(header(model, entries, blob, dtype, name), ensure_ascii=False, indent=1).encode()
     if card:
-        atomic_write(out_dir / CARD, web_card_text(model, name, dtype).encode("utf-8"), then="export again")
-    return out_dir
-
-
-@contextlib.contextmanager
-def static_server(folder: Path) -> Iterator[str]:
-    """``folder`` over http on a free loopback port, as any static host serves it (for the
-    tests and benchmarks/web.py; ``python -m http.server`` does the same by hand)."""
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+        files[CARD] = web_card_text(model, name, dtype).encode("utf-8")
+    return files

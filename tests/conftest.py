@@ -1,4 +1,5 @@
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -14,6 +15,7 @@ import torch
 
 from chargen import ModelConfig, TrainConfig
 from chargen.device import autocast_problem
+from chargen.export import export_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,6 +32,11 @@ SENTENCE = (
     "and war and wine; what light through yonder window breaks? it is the east"
 )
 WORDS = SENTENCE.split()
+
+
+def config_json(folder: Path) -> dict:
+    """A run or model folder's config.json as it is on disk (chargen reads it through chargen.record)."""
+    return json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
 
 
 def make_text(n_lines: int = 400, seed: int = 0) -> str:
@@ -94,13 +101,13 @@ def lines_run(tmp_path_factory) -> Path:
 def shelf_of_models(base: Path, trained_run: Path) -> Path:
     """``base/models`` with a tiny stream model ("shakespeare") and a tiny lines model
     ("names"), as the app and the serving layer offer them."""
-    from chargen import checkpoint, load_corpus, train
+    from chargen import load_corpus, train
 
-    checkpoint.export_run(trained_run, base / "models" / "shakespeare")
+    export_model(trained_run, base / "models" / "shakespeare")
     names = base / "names.txt"
     names.write_text("\n".join(name_list(300)) + "\n")
     train(load_corpus(names, mode="lines"), base / "names-run", tiny_model(), tiny_train(steps=20, eval_every=10))
-    checkpoint.export_run(base / "names-run", base / "models" / "names")
+    export_model(base / "names-run", base / "models" / "names")
     return base / "models"
 
 

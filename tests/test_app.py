@@ -11,8 +11,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from chargen import checkpoint  # noqa: E402
-from conftest import chromium, make_text, needs_a_browser, shelf_of_models, start_app  # noqa: E402
+from conftest import chromium, config_json, make_text, needs_a_browser, shelf_of_models, start_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -124,7 +123,7 @@ def test_stop_saves_a_training_run(client, served):
     assert "Stopping" in client.predict(api_name="/stop_training")
     status = job.result(timeout=120)[0]
     assert "stopped" in status
-    assert checkpoint.read_config(served["base"] / "runs" / "stopped")["summary"]["step"] > 0
+    assert config_json(served["base"] / "runs" / "stopped")["summary"]["step"] > 0
 
 
 @pytest.mark.parametrize("args, message", [

@@ -177,7 +177,7 @@ def texts(tmp_path):
 
 def fake_probe(monkeypatch, work: float) -> list:
     calls = []
-    monkeypatch.setattr(sys.modules["chargen.train"], "probe_speed",
+    monkeypatch.setattr(sys.modules["chargen.prepare"], "probe_speed",
                         lambda config, *args, **kwargs: calls.append(config) or work / params(config))
     return calls
 
@@ -209,12 +209,10 @@ def test_explicit_settings_always_win(texts, tmp_path, monkeypatch):
 
 
 def set_up(corpus, run_dir, model, config):
-    """A trainer as it stands before its first step (its config.json written)."""
-    from chargen.distributed import SINGLE
-    from chargen.train import Trainer
+    """A run as it stands before its first step (its config.json written)."""
+    from chargen.prepare import prepare_run
 
-    return Trainer(corpus, run_dir, model, config, resume=False, force=False, log=None, progress_bar=False,
-                   on_event=None, ranks=SINGLE)
+    return prepare_run(corpus, run_dir, model, config)
 
 
 def test_a_run_of_little_exposure_gets_no_regularisation_and_a_long_one_some(texts, tmp_path):

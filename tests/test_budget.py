@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from chargen import load_corpus, train
 from chargen.budget import MIN_SAMPLE, ValidationCost, ValidationPlan, plan_validation
+from chargen.config import DEFAULT_EPOCHS, TrainConfig
 from chargen.feeds import StreamFeed
 from chargen.model import CharLSTM
-from chargen.train import DEFAULT_EPOCHS, TIMED_PLAN, TrainConfig, requested_steps
+from chargen.prepare import TIMED_PLAN, requested_steps
 from conftest import make_text, tiny_model, tiny_train
 
 
@@ -127,7 +128,7 @@ def test_the_plan_keeps_a_margin_and_the_probe_counts_in_the_budget():
     """Validation is planned within 90% of its 5% (a validation's cost is known only once
     one has run), and what set-up spent (the speed probe) is already off the clock."""
     from chargen.budget import PLANNED_SHARE, VAL_SHARE, TimeBudget
-    from chargen.checkpoint import Progress
+    from chargen.trainer_state import Progress
 
     budget = TimeBudget(100.0, Progress())
     assert PLANNED_SHARE < 1 and budget.validation_allowance() == pytest.approx(VAL_SHARE * PLANNED_SHARE * 100.0)

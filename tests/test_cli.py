@@ -13,7 +13,7 @@ import pytest
 import chargen
 from chargen import checkpoint
 from chargen.cli import main
-from conftest import TINY_FLAGS, name_list
+from conftest import TINY_FLAGS, config_json, name_list
 
 
 def run(capsys, *argv):
@@ -55,7 +55,7 @@ def test_lr_scaling_flags_reach_the_run(tmp_path, capsys, corpus_file, flags, pe
     code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "4",
                        "--base-batch-size", "1", *flags)  # TINY_FLAGS train at batch 4: k = 4
     assert code == 0 and f"to batch 4 (k=4): peak {peak:g}" in err
-    lr = checkpoint.read_config(run_dir)["lr_schedule"]
+    lr = config_json(run_dir)["lr_schedule"]
     assert lr["peak_lr"] == pytest.approx(peak) and lr["base_batch_size"] == 1 and lr["batch_size"] == 4
 
 
@@ -95,9 +95,9 @@ def files(tmp_path):
         (["train", "{d}/short.txt", "--base-warmup-epochs", "-1"], "--base-warmup-epochs must be 0 or more"),
         (["train", "{d}/short.txt", "--warmup-steps", "-1"], "--warmup-steps must be 0 or more"),
         (["train", "{d}/short.txt", "--warmup-steps", "5", "--base-warmup-epochs", "1"], "not allowed with"),
-        (["sample", "{d}/nothing"], "no such run folder"),
+        (["sample", "{d}/nothing"], "no such run or model folder"),
         (["sample", "{d}/folder"], "config.json is missing"),
-        (["train", "{d}/short.txt", "--out", "{d}/new", "--resume"], "no such run folder"),
+        (["train", "{d}/short.txt", "--out", "{d}/new", "--resume"], "holds no run to resume; drop --resume"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(capsys, files, args, pattern):
@@ -132,7 +132,8 @@ def test_existing_run_is_refused_and_untouched(tmp_path, capsys, corpus_file):
     assert run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "2")[0] == 0
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "2")
-    assert_clear_error(code, err, "already holds a run; pass --resume .* --force")
+    assert_clear_error(code, err, "already holds a run; continue it with --resume, or choose another --out")
+    assert "--force" not in err  # (it would lose the run)
     assert before == {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "2", "--hidden", "32",
                        "--resume")
@@ -221,10 +222,11 @@ def test_export_writes_a_servable_model_folder(tmp_path, capsys, trained_run):
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json"]
     original, exported = chargen.load(trained_run), chargen.load(out)
     assert exported.generate("the ", 50, seed=3) == original.generate("the ", 50, seed=3)
-    assert exported.config["summary"] == original.config["summary"]
+    assert exported.record.summary == original.record.summary
     # An occupied folder is refused unless --force; the run folder itself always is.
     assert main(["export", str(trained_run), str(out)]) == 2
-    assert "not empty" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "already holds an exported model; choose another folder" in err and "--force" not in err
     assert main(["export", str(trained_run), str(out), "--force", "--weights", "latest"]) == 0
     for inside in (trained_run, trained_run / "trainer", trained_run / "sub"):
         assert main(["export", str(trained_run), str(inside), "--force"]) == 2
@@ -232,4 +234,4 @@ def test_export_writes_a_servable_model_folder(tmp_path, capsys, trained_run):
     other_run = tmp_path / "other"
     shutil.copytree(trained_run, other_run)
     assert main(["export", str(trained_run), str(other_run), "--force"]) == 2  # --force replaces no training run
-    assert "holds a training run" in capsys.readouterr().err and (other_run / checkpoint.TRAINER).is_file()
+    assert "already holds a training run" in capsys.readouterr().err and (other_run / checkpoint.TRAINER).is_file()

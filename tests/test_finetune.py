@@ -12,8 +12,10 @@ import torch
 import chargen
 from chargen import checkpoint, finetune, load_corpus, train
 from chargen.cli import main
+from chargen.export import export_model
 from chargen.model import CharLSTM
-from conftest import interrupt_at, make_text, name_list, tiny_model, tiny_train
+from chargen.storage import load_tensors
+from conftest import config_json, interrupt_at, make_text, name_list, tiny_model, tiny_train
 
 NEW_CHARS = "Zé@"
 
@@ -21,7 +23,7 @@ NEW_CHARS = "Zé@"
 @pytest.fixture(scope="module")
 def source(tmp_path_factory, trained_run):
     """The tiny trained run, exported as a model folder (a run folder works the same)."""
-    return checkpoint.export_run(trained_run, tmp_path_factory.mktemp("source") / "model")
+    return export_model(trained_run, tmp_path_factory.mktemp("source") / "model")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def test_the_source_vocabulary_keeps_its_ids_and_the_new_characters_get_mean_row
     assert (tokenizer.encode("the king") == src.tokenizer.encode("the king")).all()  # old prompts encode the same
     model = CharLSTM(finetune.model_for(src, None, corpus.mode, tokenizer.vocab_size))
     finetune.load_source_weights(model, src)
-    weights, _ = checkpoint.load_tensors(src.weights)
+    weights, _ = load_tensors(src.weights)
     old = src.model.vocab_size
     for name, value in weights.items():
         if name in finetune.VOCAB_ROWS:
@@ -59,7 +61,7 @@ def test_a_fine_tuned_run_records_its_source_and_learns_faster_than_from_scratch
     tuned = train(load_corpus(new_text), tmp_path / "tuned", None, replace(config, init_from=str(source)))
     scratch = train(load_corpus(new_text), tmp_path / "scratch", tiny_model(), config)
     assert tuned.best_val_loss < scratch.best_val_loss - 0.3
-    saved = checkpoint.read_config(tmp_path / "tuned")
+    saved = config_json(tmp_path / "tuned")
     digest = hashlib.sha256(checkpoint.weights_path(source).read_bytes()).hexdigest()
     assert saved["init_from"] == {"path": str(source), "weights": "model.safetensors", "weights_sha256": digest,
                                   "new_chars": "".join(sorted(NEW_CHARS))}
@@ -91,10 +93,10 @@ def test_a_fine_tuned_run_resumes_exactly(source, new_text, tmp_path):
     stopped = train(load_corpus(new_text), tmp_path / "half", None, config, on_event=interrupt_at(4))
     assert stopped.stopped == "interrupted" and stopped.step < 10
     train(load_corpus(new_text), tmp_path / "half", None, replace(config, init_from=None), resume=True)
-    whole, _ = checkpoint.load_tensors(tmp_path / "whole" / checkpoint.WEIGHTS)
-    half, _ = checkpoint.load_tensors(tmp_path / "half" / checkpoint.WEIGHTS)
+    whole, _ = load_tensors(tmp_path / "whole" / checkpoint.WEIGHTS)
+    half, _ = load_tensors(tmp_path / "half" / checkpoint.WEIGHTS)
     assert all(torch.equal(whole[k], half[k]) for k in whole)
-    assert checkpoint.read_config(tmp_path / "half")["init_from"]["path"] == str(source)
+    assert config_json(tmp_path / "half")["init_from"]["path"] == str(source)
 
 
 def test_the_cli_fine_tunes_in_the_sources_mode(source, tmp_path, capsys):

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from chargen import ChargenError, load_corpus, train
-from chargen.checkpoint import ITEMS, read_config
+from chargen.checkpoint import ITEMS
 from chargen.lines import (
     IGNORE,
     LineItems,
@@ -18,7 +18,7 @@ from chargen.lines import (
 )
 from chargen.model import CharLSTM, ModelConfig
 from chargen.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, CharTokenizer
-from conftest import interrupt_at, make_text, name_list, tiny_model, tiny_train
+from conftest import config_json, interrupt_at, make_text, name_list, tiny_model, tiny_train
 
 
 @pytest.fixture
@@ -32,6 +32,12 @@ def split_items(text: str) -> list[str]:
     """What an item is, said in terms of text: one per line that is not blank, without the
     line break (``\\n`` or ``\\r\\n``). Lines mode works it out on ids (``file_items``)."""
     return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+
+
+def items_of(items: list[str], tokenizer: CharTokenizer) -> LineItems:
+    """``items`` as the LineItems of a list that holds them, one a line."""
+    n_chars = np.array([len(item) for item in items], dtype=np.int64)
+    return LineItems(tokenizer.encode("".join(items)), np.cumsum(n_chars) - n_chars, n_chars)
 
 
 def test_items_skip_blank_lines_and_line_ends():
@@ -110,7 +116,7 @@ def test_batch_order_repeats_with_a_seed_and_varies_between_epochs():
 
 def test_batch_frames_items_and_pads():
     tokenizer = CharTokenizer.from_text("abc")
-    items = LineItems.from_strings(["ab", "c", "abca"], tokenizer)
+    items = items_of(["ab", "c", "abca"], tokenizer)
     x, y = items.batch(np.array([0, 1, 2]))
     assert x.shape == y.shape == (5, 3)
     a, b, c = (tokenizer.id_of(ch) for ch in "abc")
@@ -122,7 +128,7 @@ def test_batch_frames_items_and_pads():
 def test_padding_never_reaches_loss_or_gradients():
     """Change what the padded positions hold: loss and every gradient stay the same."""
     tokenizer = CharTokenizer.from_text("abcdefgh")
-    items = LineItems.from_strings(["abcdefgh", "ab", "cde", "h"], tokenizer)
+    items = items_of(["abcdefgh", "ab", "cde", "h"], tokenizer)
     x, y = items.batch(np.arange(4))
     torch.manual_seed(0)
     model = CharLSTM(ModelConfig(vocab_size=tokenizer.vocab_size, embedding=8, hidden=16, dropout=0.0))
@@ -160,7 +166,7 @@ def test_lines_mode_trains_resumes_and_samples(tmp_path, names_file):
     vals = [e["val_bpc"] for e in straight.history if e["event"] == "val"]
     assert vals[-1] < vals[0]
     assert first.history[0]["chars_per_s"] > 0
-    saved = read_config(run)
+    saved = config_json(run)
     assert saved["mode"] == "lines" and (run / ITEMS).is_file() and saved["default_prime"] == ""
 
     model = load(run)

@@ -12,6 +12,7 @@ import torch
 from chargen import ChargenError, checkpoint, faults, load_corpus, memory, train
 from chargen.cli import main
 from chargen.model import CharLSTM, ModelConfig
+from chargen.storage import load_tensors
 from conftest import TINY_FLAGS, tiny_model, tiny_train
 
 CPU = torch.device("cpu")
@@ -34,7 +35,7 @@ def test_the_estimate_grows_with_each_size():
 
 
 def test_too_big_a_model_is_refused_with_its_figures():
-    need = memory.estimate(ModelConfig(75, hidden=100_000), 128, 32)
+    need = memory.estimate(ModelConfig(75, hidden=60_000), 128, 32)
     with pytest.raises(ChargenError) as refused:
         memory.check_fits(need, CPU, 16 * 2**30)
     message = str(refused.value)
@@ -55,7 +56,7 @@ def test_training_refuses_before_building_or_writing(tmp_path, corpus_file, monk
 
 
 def test_the_cli_refuses_a_huge_model_in_one_line(tmp_path, capsys, corpus_file):
-    code = main(["train", str(corpus_file), "--out", str(tmp_path / "run"), "--hidden", "100000", "--quiet"])
+    code = main(["train", str(corpus_file), "--out", str(tmp_path / "run"), "--hidden", "60000", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "needs about" in err[0] and "lower --hidden" in err[0]
 
@@ -107,7 +108,7 @@ def test_no_room_for_the_checkpoints_is_refused_at_the_start(tmp_path, corpus_fi
 def test_a_resumed_run_in_a_folder_gone_read_only_is_refused_before_training(tmp_path, corpus_file):
     corpus = load_corpus(corpus_file)
     train(corpus, tmp_path / "run", tiny_model(), tiny_train(steps=4, eval_every=2))
-    before = checkpoint.load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]["step"]
+    before = load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]["step"]
 
     def read_only(path, stage):
         raise PermissionError(13, "Permission denied", str(path))
@@ -115,4 +116,4 @@ def test_a_resumed_run_in_a_folder_gone_read_only_is_refused_before_training(tmp
     with faults.injected(faults.Faults(write=read_only)), \
             pytest.raises(ChargenError, match="cannot write to .*Permission denied"):
         train(corpus, tmp_path / "run", None, tiny_train(steps=8, eval_every=2), resume=True)
-    assert checkpoint.load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]["step"] == before
+    assert load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]["step"] == before

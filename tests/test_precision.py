@@ -13,7 +13,7 @@ import torch
 from chargen import ChargenError
 from chargen import device as device_module
 from chargen.device import resolve_precision
-from conftest import BF16_PROBLEM, ROOT, TINY_FLAGS
+from conftest import BF16_PROBLEM, ROOT, TINY_FLAGS, config_json
 
 CPU = torch.device("cpu")
 
@@ -111,17 +111,16 @@ def test_a_resumed_auto_run_keeps_its_precision(tmp_path, corpus_file, monkeypat
     """auto times bf16 against fp32 once, when the run starts; a resume keeps that choice (a
     close call timed again could flip, and the resume would no longer be exact)."""
     from chargen import load_corpus, train
-    from chargen.checkpoint import read_config
     from conftest import tiny_model, tiny_train
 
     corpus, lines = load_corpus(corpus_file), []
     train(corpus, tmp_path / "run", tiny_model(), tiny_train(steps=4, eval_every=2))
-    first = read_config(tmp_path / "run")["precision_used"]
+    first = config_json(tmp_path / "run")["precision_used"]
     assert first in ("fp32", "bf16")
     flipped = 0.5 if first == "bf16" else 3.0  # what a new timing would now say
     monkeypatch.setattr(device_module, "bf16_speedup", lambda device: flipped)
     train(corpus, tmp_path / "run", None, tiny_train(steps=8, eval_every=2), resume=True, log=lines.append)
-    assert read_config(tmp_path / "run")["precision_used"] == first
+    assert config_json(tmp_path / "run")["precision_used"] == first
     assert any("as the run trained so far" in line for line in lines)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from chargen import ChargenError, checkpoint, faults, load_corpus, train
+from chargen.storage import load_tensors
 from conftest import load_script, make_text, tiny_model, tiny_train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,8 +73,8 @@ def test_sigkill_in_the_middle_of_a_checkpoint_write(long_text, tmp_path):
     resumed = train(load_corpus(long_text), run, config=config, resume=True)
     assert resumed.step == 30 and not [p for d in (run, run / "trainer") for p in d.glob(".*.tmp")]
     train(load_corpus(long_text), tmp_path / "whole", tiny_model(), config)
-    a = checkpoint.load_tensors(run / checkpoint.WEIGHTS)[0]
-    b = checkpoint.load_tensors(tmp_path / "whole" / checkpoint.WEIGHTS)[0]
+    a = load_tensors(run / checkpoint.WEIGHTS)[0]
+    b = load_tensors(tmp_path / "whole" / checkpoint.WEIGHTS)[0]
     assert all(a[k].equal(b[k]) for k in b)
 
 
@@ -117,9 +118,9 @@ def test_a_nan_loss_goes_back_to_the_checkpoint_at_half_the_lr(long_text, tmp_pa
     assert event["at_step"] == 12 and event["step"] == 10 and event["lr_factor"] == 0.5
     lrs = {e["step"]: e["lr"] for e in result.history if e["event"] == "train"}
     assert all(v == v for v in lrs.values())  # no NaN anywhere in the record
-    weights = checkpoint.load_tensors(tmp_path / "run" / checkpoint.WEIGHTS)[0]
+    weights = load_tensors(tmp_path / "run" / checkpoint.WEIGHTS)[0]
     assert all(t.isfinite().all() for t in weights.values())
-    saved = checkpoint.load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]
+    saved = load_tensors(tmp_path / "run" / checkpoint.TRAINER)[1]["progress"]
     assert saved["lr_factor"] == 0.5 and saved["nonfinite"] == 1  # a resume keeps the lower lr
 
 

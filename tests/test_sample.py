@@ -3,13 +3,22 @@ import torch
 
 import chargen
 from chargen import ChargenError, textfile
-from chargen.sample import pick_next
+from chargen.sample import SamplingOptions, draw_race, pick_prepared, prepare, row_options
 from chargen.tokenizer import SPECIALS
 
 
 @pytest.fixture(scope="module")
 def model(trained_run):
     return chargen.load(trained_run, device="cpu")
+
+
+def pick_next(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+              generator: torch.Generator) -> torch.Tensor:
+    """The next ids with the same options for every row, drawn from ``generator``."""
+    options = SamplingOptions(temperature, top_k, top_p)
+    race = draw_race(logits.shape[0], logits.shape[-1], generator)
+    return pick_prepared(logits, prepare(*row_options(options, logits.shape[0], logits.device), logits.shape[-1]),
+                         race)
 
 
 def test_seeded_sampling_repeats(model):

@@ -3,8 +3,8 @@ import math
 import pytest
 
 from chargen import ChargenError
+from chargen.config import TrainConfig
 from chargen.schedule import BatchScaling, WarmupDecay, format_schedule
-from chargen.train import TrainConfig
 
 
 def test_warmup_then_cosine():

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from chargen import ChargenError, checkpoint
+from chargen import ChargenError
 from chargen.serving import AUTO, BUSY, SCRATCH, Limits, Service, TextStream, Writing
-from conftest import make_text, name_list, shelf_of_models
+from conftest import config_json, make_text, name_list, shelf_of_models
 
 
 @pytest.fixture(scope="module")
@@ -177,13 +177,13 @@ def test_a_training_can_start_from_a_model_on_the_shelf(service, tmp_path):
     assert "fine-tuning shakespeare, its size 2x24" in first.status and "stream mode" in first.status, first.status
     *_, last = views
     assert last.finished and "bits/char" in last.status, last.status
-    saved = checkpoint.read_config(service.shelf.runs_dir / "tuned")
+    saved = config_json(service.shelf.runs_dir / "tuned")
     assert saved["init_from"]["path"] == str(service.shelf.folders()["shakespeare"])
     assert (saved["model"]["layers"], saved["model"]["hidden"]) == (2, 24)
     with pytest.raises(ChargenError, match="unknown model 'nope' to start from"):
         service.train("page-a", None, "tiny.txt", AUTO, 2, "never", "nope")
     *_, last = service.train("page-a", None, "tiny.txt", "tiny (1x128)", 2, "scratch2", SCRATCH)
-    assert "init_from" not in checkpoint.read_config(service.shelf.runs_dir / "scratch2")
+    assert "init_from" not in config_json(service.shelf.runs_dir / "scratch2")
 
 
 def test_the_auto_size_is_the_default_and_says_what_it_chose(service):
@@ -211,7 +211,7 @@ def test_one_training_at_a_time_and_only_its_page_stops_it(service, tmp_path):
     assert "Stopping" in service.stop_training("page-a")
     *_, last = views
     assert last.finished and "stopped at step" in last.status, last.status
-    assert checkpoint.read_config(service.shelf.runs_dir / "stopped")["summary"]["step"] > 0
+    assert config_json(service.shelf.runs_dir / "stopped")["summary"]["step"] > 0
     assert service.stop_training("page-a") == "No training is running."
 
 

@@ -100,8 +100,8 @@ def test_shipped_models_match_their_readme():
     for name, mode in (("shakespeare", "stream"), ("names", "lines")):
         model = chargen.load(ROOT / "models" / name, device="cpu")
         assert model.mode == mode
-        assert f"{model.config['summary']['best_val_bpc']:.4f}" in readme
-        assert f"{model.config['parameters']:,}" in readme
+        assert f"{model.record.summary.best_val_bpc:.4f}" in readme
+        assert f"{model.record.parameters:,}" in readme
         size = sum(f.stat().st_size for f in (ROOT / "models" / name).iterdir())
         assert size < 6_000_000, "a shipped model is a few MB at most"
     text = chargen.load(ROOT / "models" / "shakespeare").generate("ROMEO:", 200, seed=1)

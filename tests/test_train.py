@@ -6,8 +6,9 @@ import torch
 
 from chargen import ChargenError, load_corpus, train
 from chargen.budget import fit_to_time
-from chargen.checkpoint import TRAINER, load_tensors, read_config
-from conftest import interrupt_at, needs_bf16, tiny_model, tiny_train
+from chargen.checkpoint import TRAINER
+from chargen.storage import load_tensors
+from conftest import config_json, interrupt_at, needs_bf16, tiny_model, tiny_train
 
 
 def weights(run_dir):
@@ -62,7 +63,7 @@ def test_training_learns(tmp_path, corpus_file):
 def test_run_folder_records(tmp_path, corpus_file):
     run = tmp_path / "run"
     train(load_corpus(corpus_file), run, tiny_model(), tiny_train(steps=12, eval_every=6))
-    config = read_config(run)
+    config = config_json(run)
     assert config["mode"] == "stream" and config["model"]["hidden"] == 24
     assert config["summary"]["step"] == 12 and config["summary"]["best_val_bpc"] > 0
     assert config["corpus"]["chars"] == len(corpus_file.read_text())
@@ -84,7 +85,7 @@ def test_existing_run_is_not_overwritten(tmp_path, corpus_file):
     run = tmp_path / "run"
     train(corpus, run, tiny_model(), tiny_train(steps=6))
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    with pytest.raises(ChargenError, match="already holds a run.*--resume.*--force"):
+    with pytest.raises(ChargenError, match="already holds a run; continue it with --resume"):
         train(corpus, run, tiny_model(), tiny_train(steps=6))
     assert before == {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     train(corpus, run, tiny_model(), tiny_train(steps=6), force=True)
@@ -104,7 +105,7 @@ def test_resume_refuses_a_different_text_or_layout(tmp_path, corpus_file):
 
 
 def test_resume_needs_a_checkpoint(tmp_path, corpus_file):
-    with pytest.raises(ChargenError, match="no such run folder"):
+    with pytest.raises(ChargenError, match="holds no run to resume"):
         train(load_corpus(corpus_file), tmp_path / "none", None, tiny_train(), resume=True)
 
 
@@ -153,7 +154,7 @@ def test_stop_event_from_another_thread_saves_and_resumes(tmp_path, corpus_file)
     worker.join(timeout=120)
     (result,) = results
     assert result.stopped == "interrupted" and result.step == 8
-    assert read_config(tmp_path / "run")["summary"]["step"] == 8
+    assert config_json(tmp_path / "run")["summary"]["step"] == 8
     samples = [e for e in events if e["event"] == "sample"]
     assert samples and all(len(e["texts"]) == 1 and e["texts"][0] for e in samples)
     trains = [e for e in events if e["event"] == "train"]

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from chargen import load
+from chargen.export import export_web
 from chargen.portable import PortableModel, PortableSampler
-from chargen.web import WEB_DTYPES, export_web, static_server, tensor_order
+from chargen.web import WEB_DTYPES, tensor_order
 from conftest import chromium, needs_a_browser
+from pages import static_server
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -73,7 +75,8 @@ def test_the_folder_holds_the_page_the_weights_and_a_card(pages, trained_run):
 
 def test_export_refuses_in_one_line(tmp_path, trained_run, pages):
     done = cli("export", str(trained_run), str(pages / "stream"), "--web")
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not empty" in done.stderr
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and \
+        "already holds a web page export; choose another folder" in done.stderr
     done = cli("export", str(trained_run), str(tmp_path / "x"), "--web-dtype", "fp16")
     assert done.returncode == 2 and "add --web" in done.stderr
     done = cli("export", str(trained_run), str(trained_run / "page"), "--web")

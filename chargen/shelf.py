@@ -1,0 +1,127 @@
+"""The models the web app offers, by name (never a path): the shelf of model and run
+folders, each checked as ``chargen.load`` checks it before it is listed, loaded once and
+reloaded when its weights change; and each model's static page (``export --web``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import urllib.parse
+from pathlib import Path
+
+from . import checkpoint
+from .api import TrainedModel, load
+from .errors import ChargenError
+from .export import export_web
+from .web import CARD, HEADER, PAGE_FILES
+from .web import WEIGHTS as WEB_WEIGHTS
+
+
+class Shelf:
+    """Model folders by name: ``models/<name>`` as ``<name>``, ``runs/<name>`` as
+    ``runs/<name>``. Loaded on ``device`` on first use and kept; reloaded when the weights
+    change."""
+
+    def __init__(self, models_dir: Path, runs_dir: Path, device: str = "cpu") -> None:
+        self.models_dir, self.runs_dir, self.device = Path(models_dir), Path(runs_dir), device
+        self._loaded: dict[str, tuple[float, TrainedModel]] = {}
+        self._checked: dict[Path, tuple[int, ...]] = {}  # folders that passed read_folder, by their files' times
+        self._lock = threading.Lock()
+
+    def folders(self) -> dict[str, Path]:
+        """The folders that load: each checked as ``chargen.load`` checks it (its record, its
+        vocabulary, its weights' header), again only when one of its files changes."""
+        found = {}
+        for base, prefix in ((self.models_dir, ""), (self.runs_dir, "runs/")):
+            if base.is_dir():
+                for folder in sorted(base.iterdir()):
+                    if folder.is_dir() and self._loads(folder):
+                        found[prefix + folder.name] = folder
+        return found
+
+    def _loads(self, folder: Path) -> bool:
+        try:
+            stamp = tuple(os.stat(folder / name).st_mtime_ns for name in (checkpoint.CONFIG, checkpoint.TOKENIZER))
+            stamp += (os.stat(checkpoint.weights_path(folder)).st_mtime_ns,)
+        except OSError:
+            return False
+        if self._checked.get(folder) != stamp:
+            try:
+                checkpoint.read_folder(folder)
+            except ChargenError:
+                return False
+            self._checked[folder] = stamp
+        return True
+
+    def names(self) -> list[str]:
+        return list(self.folders())
+
+    def default(self) -> str | None:
+        names = self.names()
+        return "shakespeare" if "shakespeare" in names else (names[0] if names else None)
+
+    def get(self, name: str) -> TrainedModel:
+        folder = self.folders().get(name) if isinstance(name, str) else None
+        if folder is None:
+            raise ChargenError(f"unknown model {str(name)[:60]!r}; pick one from the list")
+        stamp = weights_file(folder).stat().st_mtime
+        with self._lock:
+            cached = self._loaded.get(name)
+            if cached is None or cached[0] != stamp:
+                self._loaded[name] = (stamp, load(folder, device=self.device))
+            return self._loaded[name][1]
+
+
+class WebPages:
+    """Each shelf model's static page (``chargen export --web``), for the app to serve: made
+    on first request into a folder of this process's own, and again when the weights change.
+    The visitor's browser then samples; the server only sends the files."""
+
+    FILES = (*PAGE_FILES, HEADER, WEB_WEIGHTS, CARD)
+
+    def __init__(self, shelf: Shelf) -> None:
+        self.shelf = shelf
+        self.root = Path(tempfile.mkdtemp(prefix="chargen-web-"))
+        atexit.register(shutil.rmtree, self.root, ignore_errors=True)
+        self._made: dict[str, tuple[float, Path]] = {}
+        self._lock = threading.Lock()
+
+    def file(self, name: str, file: str) -> Path:
+        """The path of ``file`` of the model ``name``'s page; a ChargenError for a name not
+        on the shelf or a file the page does not have."""
+        source = self.shelf.folders().get(name)
+        if source is None or file not in self.FILES:
+            raise ChargenError(f"no such page: {name}/{file}")
+        stamp = weights_file(source).stat().st_mtime
+        with self._lock:
+            made = self._made.get(name)
+            if made is None or made[0] != stamp:
+                out = self.root / hashlib.sha256(name.encode()).hexdigest()[:16]
+                export_web(source, out, force=True)
+                self._made[name] = (stamp, out)
+            return self._made[name][1] / file
+
+
+def weights_file(folder: Path) -> Path | None:
+    """The weights ``chargen.load`` would read (the best, else the latest), if any."""
+    path = checkpoint.weights_path(folder)
+    return path if path.is_file() else None
+
+
+def model_card(model: TrainedModel, name: str | None = None) -> str:
+    record, shape = model.record, model.record.model
+    val = record.summary.best_val_bpc
+    page = f" · [run it in your browser]({web_path(name)})" if name else ""
+    return (f"**{record.corpus.name}** · {model.kind.description} · {shape.layers}x{shape.hidden} LSTM, "
+            f"{record.parameters:,} parameters · validation {'n/a' if val is None else f'{val:.3f}'} "
+            f"bits/char{page}")
+
+
+def web_path(name: str) -> str:
+    """Where the app serves the model's page, relative to the app's own address."""
+    return f"web/{urllib.parse.quote(name)}/"
