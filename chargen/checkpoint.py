@@ -223,6 +223,9 @@ def read_folder(run_dir: Path, weights: str = "best", device: torch.device | Non
     if record.model.vocab_size != tokenizer.vocab_size:
         raise ChargenError(f"{run_dir}: config.json and tokenizer.json disagree on the vocabulary size "
                            f"({record.model.vocab_size:,} and {tokenizer.vocab_size:,}); retrain or restore the folder")
+    if unknown := tokenizer.unknown_chars(record.default_prime):
+        raise ChargenError(f"{run_dir / CONFIG}: default_prime has characters the vocabulary in tokenizer.json lacks "
+                           f"({''.join(unknown)[:10]!r}); fix or restore the file")
     memory.check_loadable(record.model, device or torch.device("cpu"))
     path = weights_path(run_dir, weights)
     check_weights_fit(path, record.model, run_dir)

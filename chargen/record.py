@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from .checks import check_field_types, check_finite, short
+from .checks import TYPE_NAMES, check_field_types, check_finite, short
 from .config import TrainConfig
 from .errors import ChargenError
 from .model import ModelConfig
@@ -22,6 +22,7 @@ from .storage import read_json, write_json
 FORMAT = "chargen-run"
 FORMAT_VERSION = 1
 CONFIG = "config.json"
+MAX_DEFAULT_PRIME = 1000
 
 
 class FieldError(ChargenError):
@@ -170,6 +171,9 @@ class RunRecord:
                              default=None))
         if record.parameters < 0:
             raise FieldError(f"parameters must be 0 or more, not {record.parameters}")
+        if len(record.default_prime) > MAX_DEFAULT_PRIME:  # (fed at every sample's start: a long one is a long wait)
+            raise FieldError(f"default_prime is {len(record.default_prime):,} characters; chargen writes one, and "
+                             f"takes at most {MAX_DEFAULT_PRIME:,}")
         return record
 
     def with_summary(self, summary: Summary, lr_schedule: dict) -> RunRecord:
@@ -187,7 +191,7 @@ def value(data: dict, name: str, kind: type, default: object):
         return default
     found = data[name]
     if not isinstance(found, kind) or (kind is int and isinstance(found, bool)):
-        raise FieldError(f"{name} must be {'an object' if kind is dict else kind.__name__}, not {short(found)}")
+        raise FieldError(f"{name} must be {TYPE_NAMES.get(kind, 'an object')}, not {short(found)}")
     return found
 
 
