@@ -19,7 +19,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse
 import asyncio
+import atexit
 import functools
+import shutil
+import signal
+import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +37,7 @@ from chargen import ChargenError
 from chargen.serving import AUTO, DEFAULTS, PRESETS, SCRATCH, Limits, Service, TextStream, TrainingView
 
 ROOT = Path(__file__).resolve().parent
+SCRATCH_PREFIX = "chargen-app-"  # the app's own temp folder: chargen-app-<pid>
 FOOTER_LINKS = ["api", "gradio", "settings"]  # ("Use via API": the named endpoints are the app's API)
 # One-click primes under the Generate tab, for the shipped models that are on the shelf.
 EXAMPLES = [["shakespeare", "ROMEO:\n"], ["shakespeare", "KING HENRY:\nOnce more"], ["shakespeare", "To be"],
@@ -39,6 +45,11 @@ EXAMPLES = [["shakespeare", "ROMEO:\n"], ["shakespeare", "KING HENRY:\nOnce more
 
 
 # --- the handlers: the service's methods, its errors shown in the page's error box ---------
+def shown(service: Service, error: ChargenError) -> gr.Error:
+    """The page's error box for ``error``, without any server path."""
+    return gr.Error(service.public(str(error)))
+
+
 def streamed(call: Callable[..., Iterator]) -> Callable[..., Iterator]:
     """A service call that checks a request and returns a stream, as a handler: the updates
     as they come, a ChargenError (at once or midway) as the page's error box."""
@@ -47,7 +58,7 @@ def streamed(call: Callable[..., Iterator]) -> Callable[..., Iterator]:
         try:
             yield from call(*args)
         except ChargenError as e:
-            raise gr.Error(str(e)) from None
+            raise shown(call.__self__, e) from None
     return handler
 
 
@@ -62,7 +73,7 @@ def streamed_text(call: Callable[..., TextStream]) -> Callable[..., AsyncIterato
             async for update in stream:
                 yield update
         except ChargenError as e:
-            raise gr.Error(str(e)) from None
+            raise shown(call.__self__, e) from None
     return handler
 
 
@@ -71,7 +82,7 @@ def make_handlers(service: Service):
         try:
             card, hint = service.describe(model_name)
         except ChargenError as e:
-            return f"*{e}*", gr.update()
+            return f"*{service.public(str(e))}*", gr.update()
         return card, gr.update(placeholder=hint)
 
     def train(upload, corpus_name, preset, seconds, run_name, start_from, request: gr.Request):
@@ -105,9 +116,10 @@ def curve_frame(curve: list[tuple[float, float]]):
 
 
 # --- the page ------------------------------------------------------------------------------
-def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, device: str = "cpu") -> gr.Blocks:
+def build_app(models_dir: Path, runs_dir: Path, limits: Limits | None = None, device: str = "cpu",
+              scratch: Path | None = None) -> gr.Blocks:
     limits = limits or Limits()
-    service = Service(models_dir, runs_dir, ROOT / "corpora", limits, device=device)
+    service = Service(models_dir, runs_dir, ROOT / "corpora", limits, device=device, scratch=scratch)
     generate, continue_, describe, start_training, stop_training = make_handlers(service)
 
     with gr.Blocks(title="chargen") as demo:
@@ -196,11 +208,40 @@ def train_tab(service: Service, limits: Limits, model: gr.Dropdown, start_traini
     stop_train_button.click(stop_training, None, status, api_name="stop_training")
 
 
+def scratch_folder() -> Path:
+    """This process's own temp folder: the pages it exports and, unless the operator set
+    GRADIO_TEMP_DIR, Gradio's upload cache (chargen deletes each upload once it has read it).
+    Removed when the app stops (Ctrl-C, SIGTERM or a normal exit); those of apps that were
+    killed are removed at the next start."""
+    base = Path(tempfile.gettempdir())
+    for old in base.glob(f"{SCRATCH_PREFIX}*"):
+        pid = old.name.removeprefix(SCRATCH_PREFIX)
+        if pid.isdigit() and not alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = base / f"{SCRATCH_PREFIX}{os.getpid()}"
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "uploads").mkdir(parents=True)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))  # (so that atexit runs)
+    os.environ.setdefault("GRADIO_TEMP_DIR", str(folder / "uploads"))
+    return folder
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's process)
+        return True
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        demo = build_app(args.models, args.runs, device=args.device)
+        demo = build_app(args.models, args.runs, device=args.device, scratch=scratch_folder())
     except ChargenError as e:  # e.g. --device cuda without a GPU
         parser.error(str(e))
     demo.launch(server_name=args.host, server_port=args.port, share=args.share,

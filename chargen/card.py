@@ -42,8 +42,8 @@ def training_command(record: RunRecord) -> str:
         if getattr(train, name):
             flags.append(f"--{name} {getattr(train, name):g}")
     if train.init_from:
-        flags.append(f"--init-from {train.init_from}")
-    return f"chargen train {record.corpus.path} " + " ".join(flags)
+        flags.append(f"--init-from {Path(train.init_from).name}")
+    return f"chargen train {record.corpus.shown} " + " ".join(flags)
 
 
 def sample_of(model: TrainedModel) -> str:
@@ -57,7 +57,7 @@ def card_text(model: TrainedModel, name: str) -> str:
     record = model.record
     corpus, bpc = record.corpus, record.summary.best_val_bpc
     front = ["---", "library_name: chargen", f"license: {LICENSE}", "tags:", *[f"- {tag}" for tag in TAGS],
-             "pipeline_tag: text-generation", f"corpus: {json.dumps(corpus.path)}",
+             "pipeline_tag: text-generation", f"corpus: {json.dumps(corpus.shown)}",
              f"corpus_sha256: {json.dumps(corpus.sha256)}"]
     if bpc is not None:
         front += ["model-index:", f"- name: {json.dumps(name)}", "  results:", "  - task:",
@@ -87,7 +87,7 @@ def about(trained: TrainedModel, name: str) -> list[str]:
     return [
         f"# {name}", "",
         f"A character-level LSTM ({shape}; {record.parameters:,} parameters, vocabulary "
-        f"{model.vocab_size}) trained with chargen in {record.mode.name} mode on `{corpus.path}` "
+        f"{model.vocab_size}) trained with chargen in {record.mode.name} mode on `{corpus.shown}` "
         f"({corpus.chars:,} characters, SHA-256 `{corpus.sha256}`): {measured}"
         + (f", after {summary.step:,} steps." if summary.step else "."), "",
         "## Training", "", "```sh", training_command(record), "```", "",

@@ -67,7 +67,7 @@ def describe_folder(folder: Path) -> str:
     if not any(folder.iterdir()):
         return "empty"
     if is_record(folder):
-        return "model" if "exported" in read_json(folder / CONFIG, folder) else "run"
+        return "model" if read_json(folder / CONFIG, folder).get("exported") is not None else "run"
     try:
         if read_json(folder / PAGE_HEADER, folder).get("format") == PAGE_FORMAT:
             return "page"

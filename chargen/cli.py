@@ -444,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     except ChargenError as e:
         print(f"chargen: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `chargen sample RUN | head` (before OSError, which it is one of)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:  # a path the checks above did not foresee: name it, never a traceback
         where = f"{e.filename}: " if e.filename else ""
         print(f"chargen: error: {where}{e.strerror or e}; check the path and its permissions", file=sys.stderr)
@@ -451,9 +454,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chargen: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `chargen sample RUN | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 if __name__ == "__main__":

@@ -98,6 +98,12 @@ class CorpusInfo:
         return self.source or {f.name: getattr(self, f.name) for f in fields(self) if f.name != "source"}
 
     @property
+    def shown(self) -> str:
+        """The files' names without their folders: what a card or a page shows (an
+        operator's or a server's folders are nobody else's business)."""
+        return " ".join(Path(part).name for part in self.path.split()) or "?"
+
+    @property
     def name(self) -> str:
         """The (first) file's name, without its folders (for a page or a card)."""
         return Path(self.path.split()[0] if self.path.split() else "?").name

@@ -1,5 +1,5 @@
 """What the web app serves, without the page: the model shelf (``chargen.shelf``), each browser session's text
-in progress, and the one training job. ``app.py`` lays out a page and wires its events to a
+in progress, and the one training job (``chargen.job``). ``app.py`` lays out a page and wires its events to a
 ``Service``; everything here runs, and is tested, without a server.
 
 Nothing a client sends is trusted: a model is picked by name from the shelf (never a
@@ -10,29 +10,29 @@ path), numbers are clamped to ``Limits`` whatever the sliders say, and a problem
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
-import queue
 import re
 import threading
 import time
+import unicodedata
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import checkpoint
 from .api import TrainedModel
 from .batching import Generation, SharedLoop
 from .config import TrainConfig
-from .corpus import load_corpus
 from .device import resolve_device
 from .errors import ChargenError
-from .evaluate import bpc
+from .job import TrainingJob, TrainingView
 from .model import ModelConfig
 from .record import read_record
 from .sample import DEFAULTS, Sampler, SamplingOptions
 from .shelf import Shelf, WebPages, model_card
-from .train import TrainResult, train
 
 __all__ = ["AUTO", "DEFAULTS", "PRESETS", "SCRATCH", "Limits", "Service", "TextStream", "TrainingView", "Writing"]
 
@@ -64,11 +64,10 @@ PRESETS: dict[str, ModelConfig | None] = {  # model sizes for the Train tab; dro
     "medium (1x512)": ModelConfig(embedding=64, hidden=512, layers=1),
 }
 SCRATCH = "nothing: train from scratch"  # the Train tab's first "start from" choice
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/(?:[^\s/'\"`]+/)+[^\s/'\"`;,)]*")  # (chars/s, 1/2 and the like are no path)
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
 BUSY = "This text is still being generated; wait for it or press Stop."
 LEAVING_SECONDS = 10.0  # the most a stopped generation may take to leave the loop (one step)
-STOPPED = {"done": "finished", "time": "reached its time budget", "interrupted": "stopped",
-           "patience": "stopped early (no better validation loss)"}
 
 
 # --- generating --------------------------------------------------------------------------
@@ -207,108 +206,6 @@ def cancel_when_begun(begun: asyncio.Future) -> None:
         begun.result().cancel()
 
 
-# --- training ----------------------------------------------------------------------------
-@dataclass
-class TrainingView:
-    """What the page that started a training shows of it: a status line, the validation
-    curve (seconds, bits/char), the last samples; ``finished`` once the run has ended."""
-
-    status: str
-    curve: list[tuple[float, float]] = field(default_factory=list)
-    samples: str = ""
-    finished: bool = False
-
-
-class TrainingJob:
-    """The one training run the server allows at a time, in a background thread; its
-    events are queued for the page that started it to show."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-        self.stop = threading.Event()
-        self.events: queue.Queue = queue.Queue()
-        self.owner: str | None = None
-        self.ends_at = 0.0
-        self.result: TrainResult | None = None
-        self.error: str | None = None
-
-    def busy(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-    def start(self, owner: str, text_path: Path, run_dir: Path, model_config: ModelConfig | None,
-              config: TrainConfig, mode: str = "auto") -> str:
-        """Starts the run; its mode ("stream" or "lines"), as asked or as the text decided."""
-        with self._lock:
-            if self.busy():
-                left = max(0, round(self.ends_at - time.time()))
-                raise ChargenError(f"a training job is already running on this server (about {left} s left); "
-                                   "one runs at a time, so try again when it ends")
-            corpus = load_corpus(text_path, mode=mode)
-            self.stop, self.events, self.owner = threading.Event(), queue.Queue(), owner
-            self.result, self.error = None, None
-            self.ends_at = time.time() + (config.max_time or 0)
-            self.thread = threading.Thread(target=self._run, args=(corpus, run_dir, model_config, config),
-                                           daemon=True, name="chargen-train")
-            self.thread.start()
-            return corpus.mode
-
-    def _run(self, corpus, run_dir, model_config, config) -> None:
-        try:
-            self.result = train(corpus, run_dir, model_config, config, on_event=self.events.put, stop=self.stop)
-        except ChargenError as e:
-            self.error = str(e)
-        except Exception as e:  # shown on the page; the server keeps serving
-            self.error = f"training failed: {type(e).__name__}: {e}"
-
-    def request_stop(self, owner: str) -> str:
-        if not self.busy():
-            return "No training is running."
-        if owner != self.owner:
-            return "The training running now was started from another page; only that page can stop it."
-        self.stop.set()
-        return "Stopping after this step; the checkpoint is being saved."
-
-    def watch(self, name: str, view: TrainingView, poll: float) -> Iterator[TrainingView]:
-        """``view`` updated from the run's events, each time something new came in, and
-        once more, finished, when the run has ended."""
-        started, last_train = time.time(), None
-        while True:
-            finished, changed = not self.busy(), False
-            while not self.events.empty():
-                event, changed = self.events.get(), True
-                if event["event"] == "train":
-                    last_train = event
-                elif event["event"] == "val":
-                    view.curve.append((event["elapsed"], event["val_bpc"]))
-                elif event["event"] == "sample":
-                    view.samples = f"step {event['step']:,}:\n" + "\n".join(event["texts"])
-            if last_train is not None and changed:
-                view.status = progress_line(name, last_train, time.time() - started)
-            if finished:
-                break
-            if changed:
-                yield view
-            time.sleep(poll)
-        view.status, view.finished = self.outcome(name), True
-        yield view
-
-    def outcome(self, name: str) -> str:
-        if self.error or self.result is None:
-            return f"**{name}**: {self.error or 'training ended without a result'}"
-        best, model = self.result.best_val_loss, self.result.model.config
-        return (f"**{name}** ({model.layers}x{model.hidden}, dropout {model.dropout:g}) "
-                f"{STOPPED[self.result.stopped]} at step {self.result.step:,}; best validation "
-                f"{'n/a' if best is None else f'{bpc(best):.3f}'} bits/char. It is in the Generate tab's list.")
-
-
-def progress_line(name: str, event: dict, wall: float) -> str:
-    step, total = event["step"], max(event.get("total_steps", event["step"]), 1)
-    eta = wall / step * (total - step) if step else 0
-    return (f"**{name}**: step {step:,} of {total:,} · loss {event['loss']:.3f} · {event['bpc']:.3f} bits/char · "
-            f"{event['chars_per_s']:,} chars/s · about {eta:.0f} s left")
-
-
 # --- the service -------------------------------------------------------------------------
 class Service:
     """The app's handlers, as plain methods. Generations stream ``(text, writing)``; the
@@ -319,15 +216,25 @@ class Service:
     there is one."""
 
     def __init__(self, models_dir: Path, runs_dir: Path, corpora_dir: Path, limits: Limits = Limits(),
-                 poll: float = 0.5, device: str = "cpu") -> None:
+                 poll: float = 0.5, device: str = "cpu", scratch: Path | None = None) -> None:
         self.shelf = Shelf(models_dir, runs_dir, str(resolve_device(device)))
-        self.pages = WebPages(self.shelf)
+        self.pages = WebPages(self.shelf, None if scratch is None else scratch / "web")
         self.corpora_dir = Path(corpora_dir)
         self.limits = limits
         self.job = TrainingJob()
         self._loops: weakref.WeakKeyDictionary[TrainedModel, SharedLoop] = weakref.WeakKeyDictionary()
         self._loops_lock = threading.Lock()
         self.poll = poll  # seconds between looks at a training's events
+
+    def public(self, message: str) -> str:
+        """``message`` as a visitor may see it: the app's folders by their names, any other
+        absolute path by its file name alone (no server path is shown)."""
+        for folder, shown in ((self.shelf.models_dir, "models"), (self.shelf.runs_dir, "runs"),
+                              (self.corpora_dir, "corpora")):
+            for form in {str(folder.resolve()), str(folder)} - {shown}:
+                if Path(form).is_absolute():
+                    message = message.replace(form + "/", shown + "/")
+        return ABSOLUTE_PATH.sub(lambda found: Path(found.group()).name, message)
 
     def describe(self, model_name: str) -> tuple[str, str]:
         """The model's card, and the hint the prime box shows for it."""
@@ -387,6 +294,17 @@ class Service:
         from scratch or, with ``start_from`` (a model's name), fine-tuning that model in its
         own size and mode. Checked and started before it returns: a refusal comes at once."""
         text_path = self.pick_corpus(upload, corpus_name)
+        uploaded = text_path.parent != self.corpora_dir
+        try:  # an upload is read into the run's own data, then deleted: never kept, never served
+            return self._start(owner, text_path, uploaded, preset, seconds, run_name, start_from)
+        except ChargenError as e:
+            raise ChargenError(str(e).replace(str(text_path), text_path.name)) from None
+        finally:
+            if uploaded:
+                forget_upload(text_path)
+
+    def _start(self, owner: str, text_path: Path, uploaded: bool, preset, seconds, run_name: str | None,
+               start_from: str | None) -> Iterator[TrainingView]:
         if not isinstance(preset, str) or preset not in PRESETS:
             raise ChargenError(f"unknown model size {str(preset)[:40]!r}; pick one from the list")
         source = None
@@ -396,15 +314,15 @@ class Service:
                 raise ChargenError(f"unknown model {str(start_from)[:60]!r} to start from; pick one from the list")
         limits = self.limits
         seconds = int(clamp(seconds, limits.min_train_seconds, limits.max_train_seconds, 60))
-        run_dir = new_run_dir(self.shelf.runs_dir, run_name, text_path)
+        run_dir = new_run_dir(self.shelf.runs_dir, run_name, text_path, self.job.run_dir if self.job.busy() else None)
         config = TrainConfig(max_time=seconds, eval_every=100, log_every=10, sample_chars=200,
                              init_from=str(source) if source else None)
         if source is None:
-            mode = self.job.start(owner, text_path, run_dir, PRESETS[preset], config)
+            mode = self.job.start(owner, text_path, run_dir, PRESETS[preset], config, uploaded=uploaded)
             what = preset
         else:
             source_record = read_record(source)
-            mode = self.job.start(owner, text_path, run_dir, None, config, source_record.mode.name)
+            mode = self.job.start(owner, text_path, run_dir, None, config, source_record.mode.name, uploaded)
             shape = source_record.model
             what = f"fine-tuning {start_from}, its size {shape.layers}x{shape.hidden}"
         name = f"runs/{run_dir.name}"
@@ -432,12 +350,41 @@ class Service:
         return corpora[corpus_name]
 
 
-def new_run_dir(runs_dir: Path, run_name: str | None, text_path: Path) -> Path:
-    name = run_name.strip() if isinstance(run_name, str) else ""
-    name = name or f"{text_path.stem[:30]}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if not RUN_NAME.fullmatch(name):
+def forget_upload(path: Path) -> None:
+    """Delete an upload from the server's upload cache, and its folder there once empty (a
+    folder of its own: Gradio keeps each upload in one)."""
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
+
+
+def new_run_dir(runs_dir: Path, run_name: str | None, text_path: Path, training: Path | None = None) -> Path:
+    """The folder of a new run: ``run_name`` as given (letters, digits, '.', '_', '-'), or
+    else a name made from the text's file name (any file name: a safe one comes out) and
+    the time, made unique. A run that died before its first checkpoint (no weights, not
+    the one training now) gives its name up: its folder is reused."""
+    given = run_name.strip() if isinstance(run_name, str) else ""
+    if given and not RUN_NAME.fullmatch(given):
         raise ChargenError("a run name is 1-48 letters, digits, '.', '_' or '-', starting with a letter or digit")
-    run_dir = runs_dir / name
-    if run_dir.exists():
-        raise ChargenError(f"a run named {name!r} exists already; choose another name")
-    return run_dir
+    name = given or f"{slug(text_path.stem)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for n in range(1, 1000):
+        run_dir = runs_dir / (name if n == 1 else f"{name[:44]}-{n}")
+        if not run_dir.exists() or (reusable(run_dir) and run_dir != training):
+            return run_dir
+        if given:
+            raise ChargenError(f"a run named {given!r} exists already; choose another name")
+    raise ChargenError("too many runs of that name; give the run a name of its own")
+
+
+def slug(stem: str) -> str:
+    """A file name's stem as a run name's start: accents dropped, spaces and the like as '-',
+    anything else left out; "text" where nothing is left."""
+    ascii_ = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", ascii_).strip("-._")[:30].rstrip("-._")
+    return cleaned or "text"
+
+
+def reusable(run_dir: Path) -> bool:
+    """A chargen run folder without weights: its run stopped (or was killed) before saving."""
+    return checkpoint.describe_folder(run_dir) == "run" and not (run_dir / checkpoint.WEIGHTS).exists() \
+        and not (run_dir / checkpoint.BEST).exists()

@@ -84,10 +84,12 @@ class WebPages:
 
     FILES = (*PAGE_FILES, HEADER, WEB_WEIGHTS, CARD)
 
-    def __init__(self, shelf: Shelf) -> None:
+    def __init__(self, shelf: Shelf, root: Path | None = None) -> None:
         self.shelf = shelf
-        self.root = Path(tempfile.mkdtemp(prefix="chargen-web-"))
-        atexit.register(shutil.rmtree, self.root, ignore_errors=True)
+        if root is None:  # (the app gives a folder of its own, removed when it stops)
+            root = Path(tempfile.mkdtemp(prefix="chargen-web-"))
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+        self.root = root
         self._made: dict[str, tuple[float, Path]] = {}
         self._lock = threading.Lock()
 

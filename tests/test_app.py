@@ -2,9 +2,12 @@
 (and, once, with a real headless Chromium)."""
 
 import re
+import signal
+import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -97,9 +100,19 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(client, served, c
     assert len(generate(client, length=20).result()) == len("the ") + 20
 
 
+def scratch_of(server) -> Path:
+    """The app's own temp folder (app.scratch_folder)."""
+    return Path(tempfile.gettempdir()) / f"chargen-app-{server.pid}"
+
+
 def test_train_on_an_upload_then_generate(client, served, tmp_path):
     upload = tmp_path / "mine.txt"
     upload.write_text(make_text(300, seed=4))
+    # Gradio keeps an upload where its answer to the upload says (by the content's hash): a
+    # client that knows it can fetch it, until the app has read it into a run.
+    url = served["url"]
+    kept = httpx.post(url + "gradio_api/upload", files=[("files", ("mine.txt", upload.read_bytes()))]).json()[0]
+    assert httpx.get(url + "gradio_api/file=" + kept).status_code == 200
     job = client.submit(handle_file(str(upload)), None, "tiny (1x128)", 10, "mine", api_name="/train")
     # One training at a time: a second start while this one runs gets a clear refusal.
     deadline = time.time() + 30
@@ -111,6 +124,18 @@ def test_train_on_an_upload_then_generate(client, served, tmp_path):
     assert "runs/mine" in status and "bits/char" in status
     text = generate(client, model="runs/mine", prime="The ", length=60).result()
     assert len(text) == len("The ") + 60
+    # The upload is gone, by every address: nothing with its bytes is left in the app's folders.
+    assert httpx.get(url + "gradio_api/file=" + kept).status_code in (403, 404) and not Path(kept).exists()
+    for folder in (scratch_of(served["server"]), served["base"] / "runs"):
+        assert not [p for p in folder.rglob("*") if p.is_file() and p.read_bytes() == upload.read_bytes()]
+    assert config_json(served["base"] / "runs" / "mine")["corpus"]["path"] == "mine.txt"
+    # What another visitor sees of the run names the file and its hash, never a server path.
+    other = Client(url, verbose=False, analytics_enabled=False, download_files=False)
+    seen = [status, other.predict("runs/mine", api_name="/describe")[0]]
+    seen += [httpx.get(f"{url}web/runs/mine/{file}").text for file in ("README.md", "model.json")]
+    assert "mine.txt" in seen[2] and config_json(served["base"] / "runs" / "mine")["corpus"]["sha256"] in seen[2]
+    for shown in seen:
+        assert tempfile.gettempdir() not in shown and str(served["base"]) not in shown, shown
 
 
 def test_stop_saves_a_training_run(client, served):
@@ -213,6 +238,11 @@ def test_bad_uploads_and_budgets_are_refused(client, tmp_path):
     binary.write_bytes(bytes(range(256)) * 10)
     with pytest.raises(AppError, match=r"\.txt|file type|Invalid file"):
         client.predict(handle_file(str(binary)), None, "tiny (1x128)", 10, "", api_name="/train")
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(AppError, match="^empty.txt is empty") as refused:  # (its name, not where the server kept it)
+        client.predict(handle_file(str(empty)), None, "tiny (1x128)", 10, "", api_name="/train")
+    assert "/" not in str(refused.value)
     with pytest.raises(AppError, match="greater than maximum"):
         client.predict(None, "first_names.txt", "tiny (1x128)", 10**6, "", api_name="/train")
 
@@ -224,3 +254,17 @@ def test_a_cancelled_generation_leaves_the_server_serving(client, served):
     job.cancel()
     assert served["server"].poll() is None
     assert len(generate(client, length=30).result()) == len("the ") + 30
+
+
+def test_sigterm_removes_the_apps_temp_folder(tmp_path, trained_run):
+    """A host stops a service with SIGTERM: the app's own temp folder (uploads not yet read,
+    exported pages) goes with it."""
+    shelf_of_models(tmp_path, trained_run)
+    args = ["--models", str(tmp_path / "models"), "--runs", str(tmp_path / "runs")]
+    with start_app(args, cwd=tmp_path) as (url, server):
+        assert httpx.get(url + "web/shakespeare/model.json").status_code == 200  # (a page exported there)
+        scratch = scratch_of(server)
+        assert any(scratch.rglob("weights.bin"))
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    assert not scratch.exists()

@@ -54,3 +54,13 @@ def test_output_writes_utf8_whole_or_leaves_the_old_file(accented_run, tmp_path,
     assert main([*flags, "--output", str(accented_run / "config.json")]) == 2
     assert main([*flags, "--output", str(tmp_path)]) == 2
     assert len([line for line in capsys.readouterr().err.splitlines() if line]) == 3
+
+
+def test_a_closed_pipe_ends_the_sample_quietly(trained_run):
+    """``chargen sample RUN | head``: the reader leaves early; exit 0, nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "chargen", "sample", str(trained_run), "--length", "1000000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(100)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and err == b"", err

@@ -264,3 +264,39 @@ def test_continue_stays_with_the_model_the_text_was_started_on(service):
     stream = service.continue_(writing, "shakespeare", 10, 1.0, 0, 1.0)
     assert stream.loop is service.loop(started)
     assert len(text_of(stream)) == len("the ") + 30
+
+
+def test_any_file_name_makes_a_run_name_and_an_upload_is_not_kept(service, tmp_path):
+    """An upload named with spaces and accents, and no run name: a safe, unique name comes
+    out; the upload is read into the run and deleted; the run records its name alone."""
+    upload = tmp_path / "gradio" / "0123abcd" / "mes données.txt"  # (as Gradio keeps an upload)
+    upload.parent.mkdir(parents=True)
+    upload.write_text(make_text(200, seed=5))
+    *_, last = service.train("page-a", str(upload), None, "tiny (1x128)", 1, "")
+    assert last.finished and "bits/char" in last.status, last.status
+    run = next(service.shelf.runs_dir.glob("mes-donnees-*"))
+    assert not upload.exists() and not upload.parent.exists()
+    assert config_json(run)["corpus"]["path"] == "mes données.txt"
+    assert str(tmp_path) not in service.describe(f"runs/{run.name}")[0]
+
+
+def test_a_run_that_died_before_its_first_checkpoint_gives_its_name_up(service):
+    dead = service.shelf.runs_dir / "dead"
+    dead.mkdir(parents=True)
+    record = {k: v for k, v in config_json(service.shelf.models_dir / "shakespeare").items() if k != "exported"}
+    (dead / "config.json").write_text(json.dumps(record))  # (a run's record, no weights yet)
+    (dead / "notes.txt").write_text("not chargen's\n")
+    *_, last = service.train("page-a", None, "tiny.txt", "tiny (1x128)", 1, "dead")
+    assert last.finished and "runs/dead" in service.shelf.names(), last.status
+    assert (dead / "notes.txt").read_text() == "not chargen's\n"
+    with pytest.raises(ChargenError, match="a run named 'dead' exists already"):  # (it has weights now)
+        service.train("page-a", None, "tiny.txt", "tiny (1x128)", 1, "dead")
+
+
+def test_messages_to_visitors_carry_no_server_path(service):
+    models, runs = service.shelf.models_dir.resolve(), service.shelf.runs_dir.resolve()
+    assert service.public(f"{models}/x/model.safetensors is a Git LFS pointer") == \
+        "models/x/model.safetensors is a Git LFS pointer"
+    assert service.public(f"{runs}/r/config.json: model: bad") == "runs/r/config.json: model: bad"
+    assert service.public("/tmp/gradio/ab12/mine.txt is empty; 3/4 at 20 chars/s") == \
+        "mine.txt is empty; 3/4 at 20 chars/s"
