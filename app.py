@@ -12,18 +12,24 @@ unchanged as a Hugging Face Space (see README).
 from __future__ import annotations
 
 import os
+import sys
 
 # No network at run time: no analytics, no model hub. Set before gradio is imported.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if not (os.environ.get("GRADIO_SERVER_PORT") or "1").isdigit():  # (gradio reads it on import, and fails unreadably)
+    print(f"app.py: error: GRADIO_SERVER_PORT={os.environ['GRADIO_SERVER_PORT']!r} is not a port; set it to a "
+          "number from 1 to 65535, or unset it and pass --port", file=sys.stderr)
+    raise SystemExit(2)
 
 import argparse
 import asyncio
 import atexit
+import errno
 import functools
 import shutil
 import signal
-import sys
+import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -34,7 +40,7 @@ from starlette.responses import FileResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from chargen import ChargenError
-from chargen.serving import AUTO, DEFAULTS, PRESETS, SCRATCH, Limits, Service, TextStream, TrainingView
+from chargen.serving import AUTO, DEFAULTS, PAGE_HEADERS, PRESETS, SCRATCH, Limits, Service, TextStream, TrainingView
 
 ROOT = Path(__file__).resolve().parent
 SCRATCH_PREFIX = "chargen-app-"  # the app's own temp folder: chargen-app-<pid>
@@ -180,6 +186,9 @@ def generate_tab(service: Service, limits: Limits, generate, continue_, describe
 
 def train_tab(service: Service, limits: Limits, model: gr.Dropdown, start_training, stop_training) -> None:
     """The Train tab; a finished run joins ``model``'s list (and the start-from list)."""
+    if not limits.training:
+        gr.Markdown("**Training is turned off on this server** (its owner set `CHARGEN_TRAINING=off`); the "
+                    "models in the Generate tab are here to generate with.")
     gr.Markdown(f"Train a model on your own text (plain .txt, up to {limits.max_upload_mb} MB) or on a "
                 "shipped corpus. One training runs on the server at a time. A file of short items, "
                 "one per line (names, titles), is trained in lines mode.")
@@ -241,41 +250,88 @@ def main(argv: list[str] | None = None) -> None:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        demo = build_app(args.models, args.runs, device=args.device, scratch=scratch_folder())
-    except ChargenError as e:  # e.g. --device cuda without a GPU
+        check_start(args)
+        limits = Limits.from_environment(os.environ)
+        demo = build_app(args.models, args.runs, limits, device=args.device, scratch=scratch_folder())
+    except ChargenError as e:  # e.g. --device cuda without a GPU, or the port taken
         parser.error(str(e))
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share,
-                max_file_size=f"{Limits.max_upload_mb}mb", footer_links=FOOTER_LINKS,
-                app_kwargs={"routes": web_routes(demo.service)})
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, share=args.share,
+                    max_file_size=f"{limits.max_upload_mb}mb", footer_links=FOOTER_LINKS,
+                    app_kwargs={"routes": web_routes(demo.service)})
+    except OSError as e:  # (Gradio's own words name launch()'s parameters, not this app's flags)
+        parser.error(f"cannot serve on {args.host}:{args.port} ({port_problem(e)}); pass --host or --port")
+
+
+def check_start(args: argparse.Namespace) -> None:
+    """What would stop the app from starting, in one line with the flag to change: the
+    models folder, and the address (its port free, and ours to take)."""
+    if not args.models.is_dir():
+        raise ChargenError(f"--models {args.models}: no such folder; give the folder of model folders to serve "
+                           f"(the shipped ones are in {ROOT / 'models'})")
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((args.host, args.port))
+        except OSError as e:
+            raise ChargenError(f"cannot serve on {args.host}:{args.port}: {port_problem(e)}") from None
+
+
+def port_problem(error: OSError) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return "the port is in use by another program; pass --port with a free one (or stop that program)"
+    if error.errno == errno.EACCES:
+        return "ports below 1024 need root; pass --port 1024 or higher (the default is 7860)"
+    if error.errno == errno.EADDRNOTAVAIL or isinstance(error, socket.gaierror):
+        return "this machine has no such address; pass --host 127.0.0.1, or 0.0.0.0 for every address"
+    return error.strerror or str(error)
 
 
 def web_routes(service: Service) -> list[Route]:
     """``/web/<model>/``: each model's static page, whose sampling runs in the visitor's
-    browser (chargen.web). Gradio's server sends the files; a name not on the shelf is a 404."""
+    browser (chargen.web); ``/download/<model>/model.zip`` and ``page.zip``: the model folder
+    and the page to take home. Gradio's server sends the files; a name not on the shelf is a
+    404."""
     async def page(request: Request) -> Response:
         path = request.path_params["path"]
+        if path in service.shelf.names():  # /web/<model>: the page's files are relative to the folder
+            return RedirectResponse(f"{request.url.path}/", headers=PAGE_HEADERS)
         name, _, file = path.rpartition("/")
-        if not name:  # /web/<model>: the page's files are relative to the folder
-            return RedirectResponse(f"{request.url.path}/")
         try:
             found = await asyncio.to_thread(service.pages.file, name, file or "index.html")
         except ChargenError as e:
-            return PlainTextResponse(str(e), status_code=404)
+            return PlainTextResponse(service.public(str(e)), status_code=404, headers=PAGE_HEADERS)
         plain = "text/plain; charset=utf-8" if found.suffix == ".md" else None  # (the card, shown as text)
-        return FileResponse(found, media_type=plain, headers={"Cache-Control": "no-cache"})
+        return FileResponse(found, media_type=plain, headers=PAGE_HEADERS)
 
-    return [Route("/web/{path:path}", page)]
+    async def download(request: Request) -> Response:
+        name, _, file = request.path_params["path"].rpartition("/")
+        try:
+            found = await asyncio.to_thread(service.downloads.file, name, file)
+        except ChargenError as e:
+            return PlainTextResponse(service.public(str(e)), status_code=404, headers=PAGE_HEADERS)
+        shown = f"{Path(name).name}-{file}"  # (shakespeare-model.zip)
+        return FileResponse(found, media_type="application/zip", filename=shown, headers=PAGE_HEADERS)
+
+    return [Route("/web/{path:path}", page), Route("/download/{path:path}", download)]
+
+
+def port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, not {text!r}")
+    return int(text)
 
 
 def make_parser() -> argparse.ArgumentParser:
     in_space = bool(os.environ.get("SPACE_ID"))
     parser = argparse.ArgumentParser(
         description="chargen's web demo: stream text from the models in --models and --runs, and train new ones.")
-    parser.add_argument("--host", default="0.0.0.0" if in_space else "127.0.0.1",
-                        help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 in a "
-                        "Hugging Face Space)")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)),
-                        help="port (default 7860)")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if in_space else
+                                                                                  "127.0.0.1"),
+                        help="address to listen on (default $GRADIO_SERVER_NAME, else 127.0.0.1, this machine only; "
+                        "0.0.0.0 in a Hugging Face Space)")
+    parser.add_argument("--port", type=port, default=os.environ.get("GRADIO_SERVER_PORT") or "7860",
+                        help="port (default $GRADIO_SERVER_PORT, else 7860)")
     parser.add_argument("--models", type=Path, default=ROOT / "models",
                         help="folder of model folders to serve (default: models/ beside app.py)")
     parser.add_argument("--runs", type=Path, default=Path(os.environ.get("CHARGEN_RUNS") or "runs"),

@@ -12,6 +12,7 @@ from dataclasses import fields
 
 from .errors import ChargenError
 
+MAX_SEED = 2**32 - 1  # one seed domain for training, sampling, the app and the page: what every generator takes
 TYPE_NAMES = {int: "a whole number", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
 
 
@@ -53,6 +54,13 @@ def check_finite(obj: object) -> None:
         value = getattr(obj, name)
         if isinstance(value, float) and not math.isfinite(value):
             raise ChargenError(f"{name} must be a finite number, not {value}")
+
+
+def check_seed(seed: int | None) -> None:
+    """A sampling seed: None (random), or a whole number that every generator takes as it
+    is, so that two different seeds never draw the same text."""
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED):
+        raise ChargenError(f"the seed must be a whole number from 0 to {MAX_SEED:,}, not {short(seed)}")
 
 
 def short(value: object, limit: int = 40) -> str:

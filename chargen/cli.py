@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import checkpoint
-from .config import DEFAULT_EPOCHS, MAX_SEED, TrainConfig
+from .checks import MAX_SEED
+from .config import DEFAULT_EPOCHS, TrainConfig
 from .corpus import MAX_VAL_CHARS, load_corpus
 from .device import PRECISIONS
 from .errors import ChargenError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from .checks import check_field_types, check_finite
+from .checks import MAX_SEED, check_field_types, check_finite
 from .device import PRECISIONS
 from .errors import ChargenError
 from .schedule import BatchScaling, WarmupDecay
@@ -14,7 +14,6 @@ from .schedule import BatchScaling, WarmupDecay
 DEFAULT_EPOCHS = 10
 MAX_SAMPLE_CHARS = 100_000  # the sample printed at each validation: past this, a long wait for a glimpse
 MAX_EPOCHS = 1e9  # a bound that keeps every step count an exact integer
-MAX_SEED = 2**32 - 1  # what every generator (numpy's, torch's, a rank's offset) takes as it is
 
 
 @dataclass

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import TrainConfig
-from .corpus import load_corpus
+from .corpus import load_corpus, min_train_chars
 from .errors import ChargenError
 from .evaluate import bpc
 from .model import ModelConfig
@@ -62,6 +62,10 @@ class TrainingJob:
                 raise ChargenError(f"a training job is already running on this server (about {left} s left); "
                                    "one runs at a time, so try again when it ends")
             corpus = load_corpus(text_path, mode=mode)
+            need = min_train_chars(config.batch_size, config.bptt)
+            if corpus.train_ids is not None and len(corpus.train_ids) < need:  # (said in the app's words, not flags)
+                raise ChargenError(f"{text_path.name} has {len(corpus.train_ids):,} characters to train on; the app "
+                                   f"trains on {need:,} at least: upload a longer text")
             if uploaded:
                 corpus.source["path"] = text_path.name
             self.stop, self.events, self.owner = threading.Event(), queue.Queue(), owner

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from .checks import check_seed
 from .errors import ChargenError
 from .model import CharLSTM
 from .sample import Drawn, SamplingOptions, banned_ids, prime_ids
@@ -223,6 +224,7 @@ class PortableSampler(Drawn):
                  seed: int | None = None, items: bool = False) -> None:
         super().__init__(tokenizer, num_samples, items)
         self.model, self._prime = model, prime_ids(tokenizer, prime, items)
+        check_seed(seed)
         self.seed = secrets.randbits(32) if seed is None else seed
         self.rngs = [PCG32(self.seed, j) for j in range(num_samples)]
         self.allowed = np.ones(model.vocab_size, dtype=bool)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import check_seed
 from .device import wide_dtype
 from .errors import ChargenError
 from .model import CharLSTM, LeanState, LeanStep, State
@@ -122,6 +123,7 @@ def row_options(options: SamplingOptions, rows: int, device: torch.device | str 
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
+    check_seed(seed)
     generator = torch.Generator(device=device)
     if seed is None:
         generator.seed()

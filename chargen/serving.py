@@ -18,13 +18,14 @@ import threading
 import time
 import unicodedata
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import checkpoint
 from .api import TrainedModel
 from .batching import Generation, SharedLoop
+from .checks import MAX_SEED, check_seed
 from .config import TrainConfig
 from .device import resolve_device
 from .errors import ChargenError
@@ -32,9 +33,10 @@ from .job import TrainingJob, TrainingView
 from .model import ModelConfig
 from .record import read_record
 from .sample import DEFAULTS, Sampler, SamplingOptions
-from .shelf import Shelf, WebPages, model_card
+from .shelf import PAGE_HEADERS, Downloads, Shelf, WebPages, model_card
 
-__all__ = ["AUTO", "DEFAULTS", "PRESETS", "SCRATCH", "Limits", "Service", "TextStream", "TrainingView", "Writing"]
+__all__ = ["AUTO", "DEFAULTS", "PAGE_HEADERS", "PRESETS", "SCRATCH", "Limits", "Service", "TextStream", "TrainingView",
+           "Writing"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Limits:
     max_length: int = 3000
     max_samples: int = 8
     max_prime: int = 2000
+    max_text: int = 50_000  # characters one page's text may grow to under Continue (all its samples)
     max_upload_mb: int = 20
     min_train_seconds: int = 10
     max_train_seconds: int = 600
@@ -54,6 +57,25 @@ class Limits:
     # Requests in Gradio's queue before they start; beyond, turned away. Generations start at
     # once (the loop bounds them), but a burst of them arrives faster than Gradio pops them.
     queue_size: int = 256
+    training: bool = True  # the Train tab works (the owner's switch: CHARGEN_TRAINING=off)
+    keep_runs: int | None = None  # runs kept in the runs folder; beyond, the oldest are deleted (None: all)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Limits:
+        """The server owner's switches: CHARGEN_TRAINING (on/off), CHARGEN_MAX_TRAIN_SECONDS,
+        CHARGEN_KEEP_RUNS; a value that is not one is a ChargenError naming it."""
+        switches: dict = {}
+        if (training := environ.get("CHARGEN_TRAINING")) is not None:
+            if training.lower() not in ("on", "off", "1", "0", "true", "false"):
+                raise ChargenError(f"CHARGEN_TRAINING={training!r}: set it to on or off")
+            switches["training"] = training.lower() in ("on", "1", "true")
+        for name, field_name, least in (("CHARGEN_MAX_TRAIN_SECONDS", "max_train_seconds", cls.min_train_seconds),
+                                        ("CHARGEN_KEEP_RUNS", "keep_runs", 1)):
+            if (value := environ.get(name)) is not None:
+                if not value.isdigit() or int(value) < least:
+                    raise ChargenError(f"{name}={value!r}: set it to a whole number of at least {least}")
+                switches[field_name] = int(value)
+        return cls(**switches)
 
 
 AUTO = "auto (fits the time)"
@@ -123,7 +145,7 @@ class Writing:
         """Lines mode, once the items have ended: keep them, and start as many new ones
         (the seed moved on, so a seeded text stays reproducible)."""
         self.done_items += [self.prime + t for t in self.sampler.texts]
-        seed = None if self.seed is None else self.seed + self.rounds
+        seed = None if self.seed is None else (self.seed + self.rounds) % (MAX_SEED + 1)
         self.sampler = model.sampler(self.prime, num_samples=self.sampler.num_samples, seed=seed)
         self.rounds += 1
 
@@ -219,6 +241,7 @@ class Service:
                  poll: float = 0.5, device: str = "cpu", scratch: Path | None = None) -> None:
         self.shelf = Shelf(models_dir, runs_dir, str(resolve_device(device)))
         self.pages = WebPages(self.shelf, None if scratch is None else scratch / "web")
+        self.downloads = Downloads(self.shelf, None if scratch is None else scratch / "downloads")
         self.corpora_dir = Path(corpora_dir)
         self.limits = limits
         self.job = TrainingJob()
@@ -260,7 +283,7 @@ class Service:
             raise ChargenError(f"the prime text is longer than {self.limits.max_prime:,} characters; shorten it")
         options = self.options(length, temperature, top_k, top_p)
         n = int(clamp(num_samples, 1, self.limits.max_samples, 1))
-        seed = None if not isinstance(seed, int | float) or seed < 0 else int(clamp(seed, 0, 2**63 - 1, 0))
+        seed = visitor_seed(seed)
         writing = Writing(model_name, prime, model.sampler(prime, num_samples=n, seed=seed), seed, model=model)
         return TextStream(self.loop(model), writing, options)
 
@@ -273,6 +296,11 @@ class Service:
         if writing.model_name != model_name:
             raise ChargenError("The model changed since this text was written; press Generate to start with it.")
         options = self.options(length, temperature, top_k, top_p)
+        kept, most = len(writing.text()), self.limits.max_text
+        if kept + options.length * writing.sampler.num_samples > most:
+            raise ChargenError(f"This text has {kept:,} characters; one page keeps at most {most:,}, so it cannot "
+                               "grow by that much more. Continue with a shorter length, or press Generate to start "
+                               "a new text.")
         model = writing.model or self.shelf.get(model_name)
         new_round = functools.partial(writing.next_round, model) if writing.sampler.items else None
         return TextStream(self.loop(model), writing, options, new_round)
@@ -293,6 +321,10 @@ class Service:
         """Starts a training for ``owner`` (the page's session) and follows it to its end,
         from scratch or, with ``start_from`` (a model's name), fine-tuning that model in its
         own size and mode. Checked and started before it returns: a refusal comes at once."""
+        if not self.limits.training:
+            if upload:
+                forget_upload(Path(upload if isinstance(upload, str) else getattr(upload, "path", "")))
+            raise ChargenError("Training is turned off on this server; its models are here to generate with.")
         text_path = self.pick_corpus(upload, corpus_name)
         uploaded = text_path.parent != self.corpora_dir
         try:  # an upload is read into the run's own data, then deleted: never kept, never served
@@ -325,6 +357,8 @@ class Service:
             mode = self.job.start(owner, text_path, run_dir, None, config, source_record.mode.name, uploaded)
             shape = source_record.model
             what = f"fine-tuning {start_from}, its size {shape.layers}x{shape.hidden}"
+        if self.limits.keep_runs is not None:
+            forget_old_runs(self.shelf.runs_dir, self.limits.keep_runs - 1, keep=run_dir)
         name = f"runs/{run_dir.name}"
         view = TrainingView(f"Training **{name}** ({what}, {mode} mode) for up to {seconds} s…")
         return self._follow(name, view)
@@ -348,6 +382,34 @@ class Service:
         if corpus_name not in corpora:
             raise ChargenError("upload a .txt file or pick a shipped corpus from the list")
         return corpora[corpus_name]
+
+
+def visitor_seed(seed) -> int | None:
+    """The page's seed box: empty or negative is a random seed; else a whole number in the
+    one seed domain (chargen.checks.check_seed), refused beyond it, never wrapped."""
+    if seed is None or (isinstance(seed, int | float) and not isinstance(seed, bool) and seed < 0):
+        return None
+    if isinstance(seed, float) and seed.is_integer():
+        seed = int(seed)
+    try:
+        check_seed(seed)
+    except ChargenError as e:
+        raise ChargenError(f"{e} (or -1 for a random one)") from None
+    return seed
+
+
+def forget_old_runs(runs_dir: Path, most: int, keep: Path) -> list[Path]:
+    """Delete the oldest chargen runs in ``runs_dir`` (by their config.json's time) beyond
+    ``most`` others than ``keep``: their chargen files only, and their folders once empty."""
+    runs = [p for p in runs_dir.iterdir() if p != keep and checkpoint.describe_folder(p) == "run"] \
+        if runs_dir.is_dir() else []
+    runs.sort(key=lambda p: (p / checkpoint.CONFIG).stat().st_mtime)
+    old = runs[: max(0, len(runs) - most)]
+    for run in old:
+        checkpoint.remove_ours(run, "run")
+        with contextlib.suppress(OSError):
+            run.rmdir()
+    return old
 
 
 def forget_upload(path: Path) -> None:

@@ -12,12 +12,14 @@ import shutil
 import tempfile
 import threading
 import urllib.parse
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from . import checkpoint
 from .api import TrainedModel, load
 from .errors import ChargenError
-from .export import export_web
+from .export import export_model, export_web
 from .web import CARD, HEADER, PAGE_FILES
 from .web import WEIGHTS as WEB_WEIGHTS
 
@@ -77,36 +79,92 @@ class Shelf:
             return self._loaded[name][1]
 
 
-class WebPages:
-    """Each shelf model's static page (``chargen export --web``), for the app to serve: made
-    on first request into a folder of this process's own, and again when the weights change.
-    The visitor's browser then samples; the server only sends the files."""
+# The pages' headers, for a server that serves them (the app): the policy of the page's own
+# <meta> tag, with what a <meta> tag cannot say: no framing by other sites, no <base>, forms
+# to the page's origin only; and no guessing of a file's type.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self' "
+                               "'unsafe-inline'; img-src 'self' data:; frame-ancestors 'self'; base-uri 'none'; "
+                               "form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "SAMEORIGIN",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-cache",
+}
 
-    FILES = (*PAGE_FILES, HEADER, WEB_WEIGHTS, CARD)
+
+class MadeOnDemand:
+    """Files made from a shelf model on first request, into a folder of this process's own,
+    and made again when the model's weights change."""
 
     def __init__(self, shelf: Shelf, root: Path | None = None) -> None:
         self.shelf = shelf
         if root is None:  # (the app gives a folder of its own, removed when it stops)
-            root = Path(tempfile.mkdtemp(prefix="chargen-web-"))
+            root = Path(tempfile.mkdtemp(prefix="chargen-made-"))
             atexit.register(shutil.rmtree, root, ignore_errors=True)
         self.root = root
-        self._made: dict[str, tuple[float, Path]] = {}
+        self._made: dict[tuple[str, str], tuple[float, Path]] = {}
         self._lock = threading.Lock()
+
+    def made(self, name: str, kind: str, make: Callable[[Path, Path], Path]) -> Path:
+        """``make(source_folder, out)``'s result for the model ``name``: made into ``out``, a
+        fresh folder of its own, unless made already from the same weights."""
+        source = self.shelf.folders().get(name)
+        if source is None:
+            raise ChargenError(f"no such model: {name}")
+        stamp = weights_file(source).stat().st_mtime
+        with self._lock:
+            made = self._made.get((name, kind))
+            if made is None or made[0] != stamp:
+                out = self.root / hashlib.sha256(f"{kind}/{name}".encode()).hexdigest()[:16]
+                self._made[(name, kind)] = (stamp, make(source, out))
+            return self._made[(name, kind)][1]
+
+
+class WebPages(MadeOnDemand):
+    """Each shelf model's static page (``chargen export --web``), for the app to serve. The
+    visitor's browser then samples; the server only sends the files."""
+
+    FILES = (*PAGE_FILES, HEADER, WEB_WEIGHTS, CARD)
 
     def file(self, name: str, file: str) -> Path:
         """The path of ``file`` of the model ``name``'s page; a ChargenError for a name not
         on the shelf or a file the page does not have."""
-        source = self.shelf.folders().get(name)
-        if source is None or file not in self.FILES:
+        if file not in self.FILES or name not in self.shelf.folders():
             raise ChargenError(f"no such page: {name}/{file}")
-        stamp = weights_file(source).stat().st_mtime
-        with self._lock:
-            made = self._made.get(name)
-            if made is None or made[0] != stamp:
-                out = self.root / hashlib.sha256(name.encode()).hexdigest()[:16]
-                export_web(source, out, force=True)
-                self._made[name] = (stamp, out)
-            return self._made[name][1] / file
+        return self.made(name, "page", lambda source, out: export_web(source, out, force=True)) / file
+
+
+class Downloads(MadeOnDemand):
+    """Each shelf model to take home, as a zip of one folder named after it: the model
+    folder (``chargen export``: config, tokenizer, weights, card) or its static page
+    (``export --web``)."""
+
+    FILES = ("model.zip", "page.zip")
+
+    def file(self, name: str, file: str) -> Path:
+        if file not in self.FILES or name not in self.shelf.folders():
+            raise ChargenError(f"no such download: {name}/{file}")
+        export = export_model if file == "model.zip" else export_web
+        return self.made(name, file, lambda source, out: zipped(source, out, Path(name).name, export))
+
+
+def zipped(source: Path, out: Path, name: str, export: Callable[[Path, Path], Path]) -> Path:
+    """``export(source, folder)`` of a folder called ``name``, zipped as ``out``.zip."""
+    shutil.rmtree(out, ignore_errors=True)
+    export(source, out / name)
+    archive = out.with_suffix(".zip")
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped_folder:
+        for file in sorted((out / name).rglob("*")):
+            if file.is_file():
+                zipped_folder.write(file, file.relative_to(out))
+    shutil.rmtree(out, ignore_errors=True)
+    return archive
+
+
+def download_path(name: str, file: str) -> str:
+    """Where the app serves a model's download, relative to the app's own address."""
+    return f"download/{urllib.parse.quote(name)}/{file}"
 
 
 def weights_file(folder: Path) -> Path | None:
@@ -118,7 +176,8 @@ def weights_file(folder: Path) -> Path | None:
 def model_card(model: TrainedModel, name: str | None = None) -> str:
     record, shape = model.record, model.record.model
     val = record.summary.best_val_bpc
-    page = f" · [run it in your browser]({web_path(name)})" if name else ""
+    page = (f" · [run it in your browser]({web_path(name)}) · download the [model]({download_path(name, 'model.zip')})"
+            f" or its [page]({download_path(name, 'page.zip')})") if name else ""
     return (f"**{record.corpus.name}** · {model.kind.description} · {shape.layers}x{shape.hidden} LSTM, "
             f"{record.parameters:,} parameters · validation {'n/a' if val is None else f'{val:.3f}'} "
             f"bits/char{page}")

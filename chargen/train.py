@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from . import board, checkpoint, faults
 from .budget import VAL_SHARE, TimeBudget, ValidationClock, ValidationCost, ValidationPlan, fit_to_time, plan_validation
+from .checks import MAX_SEED
 from .config import TrainConfig
 from .corpus import Corpus
 from .distributed import SINGLE, Ranks
@@ -400,7 +401,8 @@ class Trainer:
         run, step = self.run, self.run.state.progress.step
         n = run.mode.samples_shown
         pieces = sample_text(run.model, run.tokenizer, run.default_prime, run.config.sample_chars, num_samples=n,
-                             temperature=SAMPLING.temperature, seed=run.config.seed + step, items=run.mode.items)
+                             temperature=SAMPLING.temperature, seed=(run.config.seed + step) % (MAX_SEED + 1),
+                             items=run.mode.items)
         texts = collect(pieces, n)
         self.log(f"--- sample{'s' if n > 1 else ''} ---\n" + "\n".join(texts) + "\n---")
         event = {"event": "sample", "step": step, "texts": texts}

@@ -23,7 +23,7 @@ import numpy as np
 
 from .card import web_card_text
 from .checkpoint import CARD, PAGE_FORMAT, PAGE_HEADER
-from .config import MAX_SEED
+from .checks import MAX_SEED
 from .errors import ChargenError
 from .model import CharLSTM
 from .portable import LANES, as_weights, pad

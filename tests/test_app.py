@@ -1,6 +1,7 @@
 """The web app, live: started on loopback in a subprocess and driven with gradio_client
 (and, once, with a real headless Chromium)."""
 
+import os
 import re
 import signal
 import tempfile
@@ -57,6 +58,8 @@ def test_same_seed_same_text(client):
     b = generate(client, seed=17, length=120).result()
     c = generate(client, seed=18, length=120).result()
     assert a == b and a != c
+    with pytest.raises(AppError, match="seed must be a whole number from 0 to 4,294,967,295"):  # (words, not "Error")
+        generate(client, seed=2**32, length=10).result()
     # -1 (the page's default) draws a fresh seed each time.
     assert generate(client, seed=-1, length=120).result() != generate(client, seed=-1, length=120).result()
 
@@ -133,6 +136,8 @@ def test_train_on_an_upload_then_generate(client, served, tmp_path):
     other = Client(url, verbose=False, analytics_enabled=False, download_files=False)
     seen = [status, other.predict("runs/mine", api_name="/describe")[0]]
     seen += [httpx.get(f"{url}web/runs/mine/{file}").text for file in ("README.md", "model.json")]
+    page = httpx.get(f"{url}web/runs/mine", follow_redirects=True)  # (a run's page redirects as a model's does)
+    assert page.status_code == 200 and str(page.url).endswith("/web/runs/mine/")
     assert "mine.txt" in seen[2] and config_json(served["base"] / "runs" / "mine")["corpus"]["sha256"] in seen[2]
     for shown in seen:
         assert tempfile.gettempdir() not in shown and str(served["base"]) not in shown, shown
@@ -169,6 +174,11 @@ def test_each_model_has_its_page_that_samples_in_the_browser(client, served):
     assert "[run it in your browser](web/names/)" in card
     page = httpx.get(served["url"] + "web/names", follow_redirects=True)
     assert page.status_code == 200 and str(page.url).endswith("/web/names/") and "chargen.js" in page.text
+    # The page's own <meta> policy comes as a header too, with what a <meta> cannot say.
+    meta = re.search(r'Content-Security-Policy"\s+content="([^"]+)"', page.text).group(1)
+    policy = page.headers["content-security-policy"]
+    assert policy.startswith(meta) and "frame-ancestors 'self'" in policy
+    assert page.headers["x-content-type-options"] == "nosniff" and page.headers["x-frame-options"] == "SAMEORIGIN"
     header = httpx.get(served["url"] + "web/names/model.json").json()
     assert header["format"] == "chargen-web" and header["items"]
     weights = httpx.get(served["url"] + "web/names/weights.bin")
@@ -268,3 +278,67 @@ def test_sigterm_removes_the_apps_temp_folder(tmp_path, trained_run):
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
     assert not scratch.exists()
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--port", "99999"], {}, "argument --port: a port is a whole number from 1 to 65535, not '99999'"),
+    (["--models", "nowhere"], {}, "--models nowhere: no such folder"),
+    (["--port", "{busy}"], {}, "the port is in use by another program; pass --port with a free one"),
+    ([], {"GRADIO_SERVER_PORT": "{busy}"}, "the port is in use by another program; pass --port"),
+    ([], {"GRADIO_SERVER_PORT": "http"}, "GRADIO_SERVER_PORT='http' is not a port"),
+])
+def test_a_start_that_cannot_work_is_one_line_with_the_apps_own_flag(tmp_path, args, env, message):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        fill = {"busy": str(busy.getsockname()[1])}
+        done = subprocess.run([sys.executable, str(ROOT / "app.py"), *[a.format(**fill) for a in args]],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                              env=os.environ | {k: v.format(**fill) for k, v in env.items()})
+    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith(("usage:", " "))]
+    assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+    assert "server_port" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_take_the_model_and_its_page_home(client, served, tmp_path):
+    """The card links both downloads; the model folder unzipped loads and samples as the
+    served model does, and the page unzipped draws in a browser what the CLI draws."""
+    import io
+    import zipfile
+
+    from test_web import cli, open_page, query, texts_of
+
+    import chargen
+    from pages import static_server
+
+    card = client.predict("shakespeare", api_name="/describe")[0]
+    links = re.findall(r"\]\((download/shakespeare/(?:model|page)\.zip)\)", card)
+    assert links == ["download/shakespeare/model.zip", "download/shakespeare/page.zip"]
+    got = {}
+    for link in links:
+        answer = httpx.get(served["url"] + link, timeout=120)
+        assert answer.status_code == 200 and answer.headers["content-type"] == "application/zip"
+        assert "shakespeare-" in answer.headers["content-disposition"]
+        zipfile.ZipFile(io.BytesIO(answer.content)).extractall(tmp_path / link.split("/")[-1].removesuffix(".zip"))
+        got[link] = tmp_path / link.split("/")[-1].removesuffix(".zip") / "shakespeare"
+    served_model = served["base"] / "models" / "shakespeare"
+    home = chargen.load(got[links[0]])
+    assert home.generate("the ", 80, seed=9) == chargen.load(served_model).generate("the ", 80, seed=9)
+    assert (got[links[0]] / "README.md").is_file() and (got[links[1]] / "index.html").is_file()
+    assert httpx.get(served["url"] + "download/nobody/model.zip").status_code == 404
+    assert httpx.get(served["url"] + "download/shakespeare/config.json").status_code == 404
+    needs_a_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p, static_server(got[links[1]]) as url:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            shown = texts_of(open_page(browser, url + query(seed=77, length=120, prime="the ")))
+        finally:
+            browser.close()
+    done = cli("sample", str(served_model), "--rng", "portable", "--seed", "77", "--length", "120", "--prime", "the ")
+    assert done.returncode == 0 and shown == [done.stdout.removesuffix("\n")]

@@ -300,3 +300,65 @@ def test_messages_to_visitors_carry_no_server_path(service):
     assert service.public(f"{runs}/r/config.json: model: bad") == "runs/r/config.json: model: bad"
     assert service.public("/tmp/gradio/ab12/mine.txt is empty; 3/4 at 20 chars/s") == \
         "mine.txt is empty; 3/4 at 20 chars/s"
+
+
+def test_one_seed_domain_and_no_seed_wraps(service):
+    """Seeds are 0 to 2^32-1 in the app as in the CLI and the page: s and s + 2^32 never
+    both draw (the same text); a seed beyond is refused in words; -1 is a random one."""
+    assert text_of(generate(service, seed=2**32 - 1))
+    for bad in (2**32, 2**32 + 5, 2**63 - 1, 1.5, "7"):
+        with pytest.raises(ChargenError, match=r"seed must be a whole number from 0 to 4,294,967,295.*-1 for a random"):
+            generate(service, seed=bad)
+    assert text_of(generate(service, seed=5.0)) == text_of(generate(service, seed=5))
+    model = service.shelf.get("shakespeare")
+    for rng in ("torch", "portable"):
+        with pytest.raises(ChargenError, match="seed must be a whole number"):
+            model.generate("", 5, seed=2**32 + 5, rng=rng)
+
+
+def test_a_text_stops_growing_at_the_page_limit_and_says_so(service):
+    limits = service.limits
+    *_, (text, writing) = generate(service, length=limits.max_length, num_samples=limits.max_samples)
+    grown = len(text)
+    while True:
+        try:
+            *_, (text, writing) = service.continue_(writing, "shakespeare", limits.max_length, 1.0, 0, 1.0)
+        except ChargenError as e:
+            assert "one page keeps at most 50,000" in str(e) and "press Generate" in str(e)
+            break
+        assert len(text) > grown
+        grown = len(text)
+    assert grown <= limits.max_text
+
+
+def test_the_owners_switches(tmp_path, trained_run):
+    limits = Limits.from_environment({"CHARGEN_TRAINING": "off", "CHARGEN_MAX_TRAIN_SECONDS": "30",
+                                      "CHARGEN_KEEP_RUNS": "2"})
+    assert (limits.training, limits.max_train_seconds, limits.keep_runs) == (False, 30, 2)
+    for bad in ({"CHARGEN_TRAINING": "maybe"}, {"CHARGEN_MAX_TRAIN_SECONDS": "5"}, {"CHARGEN_KEEP_RUNS": "all"}):
+        with pytest.raises(ChargenError, match=f"{next(iter(bad))}=.*set it to"):
+            Limits.from_environment(bad)
+    shelf_of_models(tmp_path, trained_run)
+    (tmp_path / "corpora").mkdir()
+    (tmp_path / "corpora" / "tiny.txt").write_text(make_text(200, seed=3))
+    off = Service(tmp_path / "models", tmp_path / "runs", tmp_path / "corpora", limits, poll=0.05)
+    with pytest.raises(ChargenError, match="Training is turned off on this server"):
+        off.train("page-a", None, "tiny.txt", "tiny (1x128)", 10, "x")
+    kept = Service(tmp_path / "models", tmp_path / "runs", tmp_path / "corpora",
+                   Limits(min_train_seconds=1, keep_runs=2), poll=0.05)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "notes").mkdir()  # (not a run: never deleted)
+    for name in ("one", "two", "three"):
+        *_, last = kept.train("page-a", None, "tiny.txt", "tiny (1x128)", 1, name)
+        assert last.finished, last.status
+        time.sleep(0.05)  # (their config.json's times differ)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["notes", "three", "two"]
+
+
+def test_a_text_too_short_is_refused_in_the_apps_words(service, tmp_path):
+    short = tmp_path / "up" / "short.txt"
+    short.parent.mkdir()
+    short.write_text("to be or not to be\n" * 40)
+    with pytest.raises(ChargenError, match=r"^short.txt has [\d,]+ characters to train on; the app trains on") as e:
+        service.train("page-a", str(short), None, "tiny (1x128)", 10, "")
+    assert "--" not in str(e.value) and not short.exists()
