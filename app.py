@@ -40,7 +40,7 @@ from starlette.responses import FileResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from chargen import ChargenError
-from chargen.serving import AUTO, DEFAULTS, PAGE_HEADERS, PRESETS, SCRATCH, Limits, Service, TextStream, TrainingView
+from chargen.serving import AUTO, DEFAULTS, PAGE_HEADERS, SCRATCH, Limits, Service, TextStream, TrainingView
 
 ROOT = Path(__file__).resolve().parent
 SCRATCH_PREFIX = "chargen-app-"  # the app's own temp folder: chargen-app-<pid>
@@ -51,9 +51,12 @@ EXAMPLES = [["shakespeare", "ROMEO:\n"], ["shakespeare", "KING HENRY:\nOnce more
 
 
 # --- the handlers: the service's methods, its errors shown in the page's error box ---------
-def shown(service: Service, error: ChargenError) -> gr.Error:
-    """The page's error box for ``error``, without any server path."""
-    return gr.Error(service.public(str(error)))
+def shown(service: Service, error: Exception) -> gr.Error:
+    """The page's error box for ``error``, without any server path (an error that is not a
+    ChargenError is a fault of the server's: said as one, never a bare "Error")."""
+    if isinstance(error, ChargenError):
+        return gr.Error(service.public(str(error)))
+    return gr.Error(service.public(f"the server could not do that ({type(error).__name__}: {error})"))
 
 
 def streamed(call: Callable[..., Iterator]) -> Callable[..., Iterator]:
@@ -63,7 +66,7 @@ def streamed(call: Callable[..., Iterator]) -> Callable[..., Iterator]:
     def handler(*args):
         try:
             yield from call(*args)
-        except ChargenError as e:
+        except Exception as e:  # (CancelledError and GeneratorExit, a Stop or a closed page, are no Exception)
             raise shown(call.__self__, e) from None
     return handler
 
@@ -78,7 +81,7 @@ def streamed_text(call: Callable[..., TextStream]) -> Callable[..., AsyncIterato
             stream = await asyncio.to_thread(call, *args)  # (a model's first load takes a while)
             async for update in stream:
                 yield update
-        except ChargenError as e:
+        except Exception as e:  # (CancelledError and GeneratorExit, a Stop or a closed page, are no Exception)
             raise shown(call.__self__, e) from None
     return handler
 
@@ -197,7 +200,7 @@ def train_tab(service: Service, limits: Limits, model: gr.Dropdown, start_traini
         corpus = gr.Dropdown(list(service.corpora()), value="shakespeare.txt",
                              label="or a shipped corpus", allow_custom_value=True)
     with gr.Row():
-        preset = gr.Radio(list(PRESETS), value=AUTO, label="model size",
+        preset = gr.Radio(service.presets(), value=AUTO, label="model size",
                           info="auto: a quick speed test picks the size that should do best in the time")
         seconds = gr.Slider(limits.min_train_seconds, limits.max_train_seconds, value=60, step=10,
                             label="time budget (seconds)")
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     except ChargenError as e:  # e.g. --device cuda without a GPU, or the port taken
         parser.error(str(e))
     try:
-        demo.launch(server_name=args.host, server_port=args.port, share=args.share,
+        demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,
                     max_file_size=f"{limits.max_upload_mb}mb", footer_links=FOOTER_LINKS,
                     app_kwargs={"routes": web_routes(demo.service)})
     except OSError as e:  # (Gradio's own words name launch()'s parameters, not this app's flags)

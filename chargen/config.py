@@ -44,6 +44,7 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"  # bf16 autocast where the hardware has it, else fp32
     init_from: str | None = None  # a run or model folder whose weights a new run starts from (chargen.finetune)
+    max_hidden: int | None = None  # --max-time's choice of size goes no wider (a server owner's cap; chargen.serving)
     tensorboard: bool = False  # mirror the metrics and samples to TensorBoard under RUN_DIR/tb (chargen.board)
 
     def __post_init__(self) -> None:
@@ -76,6 +77,8 @@ class TrainConfig:
             raise ChargenError(f"--patience must be 1 or more, not {self.patience}")
         if self.precision not in PRECISIONS:
             raise ChargenError(f"--precision is one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.max_hidden is not None and self.max_hidden < 1:
+            raise ChargenError(f"max_hidden must be positive, not {self.max_hidden}")
         if self.warmup_steps < 0:
             raise ChargenError(f"--warmup-steps must be 0 or more, not {self.warmup_steps}")
         self.scaling(1)  # validates the reference and the scheme

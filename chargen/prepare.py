@@ -19,7 +19,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import board, checkpoint, finetune, memory
-from .autosize import choose_size, probe_speed, regularisation
+from .autosize import LADDER, choose_size, probe_speed, regularisation
 from .budget import VAL_SHARE
 from .config import DEFAULT_EPOCHS, TrainConfig
 from .corpus import Corpus
@@ -269,7 +269,8 @@ def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed:
 
     if not choose:
         return model, min(planned, probe(model) * seconds) / feed.epoch_targets, []
-    choice = choose_size(probe, seconds, feed.epoch_targets, model, time_steps * batch, planned)
+    ladder = tuple(size for size in LADDER if config.max_hidden is None or size[1] <= config.max_hidden)
+    choice = choose_size(probe, seconds, feed.epoch_targets, model, time_steps * batch, planned, ladder or LADDER[:1])
     line = (f"model: {choice.config.layers}x{choice.config.hidden}, chosen for --max-time {config.max_time:g} "
             f"(--hidden, --layers or --dropout to choose yourself): {choice.reason}")
     return choice.config, choice.chars / feed.epoch_targets, [line]

@@ -59,18 +59,21 @@ class Limits:
     queue_size: int = 256
     training: bool = True  # the Train tab works (the owner's switch: CHARGEN_TRAINING=off)
     keep_runs: int | None = None  # runs kept in the runs folder; beyond, the oldest are deleted (None: all)
+    max_hidden: int | None = None  # the widest LSTM a visitor may train (None: any the sizes offer)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Limits:
         """The server owner's switches: CHARGEN_TRAINING (on/off), CHARGEN_MAX_TRAIN_SECONDS,
-        CHARGEN_KEEP_RUNS; a value that is not one is a ChargenError naming it."""
+        CHARGEN_KEEP_RUNS, CHARGEN_MAX_HIDDEN; a value that is not one is a ChargenError
+        naming it."""
         switches: dict = {}
         if (training := environ.get("CHARGEN_TRAINING")) is not None:
             if training.lower() not in ("on", "off", "1", "0", "true", "false"):
                 raise ChargenError(f"CHARGEN_TRAINING={training!r}: set it to on or off")
             switches["training"] = training.lower() in ("on", "1", "true")
         for name, field_name, least in (("CHARGEN_MAX_TRAIN_SECONDS", "max_train_seconds", cls.min_train_seconds),
-                                        ("CHARGEN_KEEP_RUNS", "keep_runs", 1)):
+                                        ("CHARGEN_KEEP_RUNS", "keep_runs", 1),
+                                        ("CHARGEN_MAX_HIDDEN", "max_hidden", 16)):
             if (value := environ.get(name)) is not None:
                 if not value.isdigit() or int(value) < least:
                     raise ChargenError(f"{name}={value!r}: set it to a whole number of at least {least}")
@@ -337,18 +340,21 @@ class Service:
 
     def _start(self, owner: str, text_path: Path, uploaded: bool, preset, seconds, run_name: str | None,
                start_from: str | None) -> Iterator[TrainingView]:
-        if not isinstance(preset, str) or preset not in PRESETS:
+        if not isinstance(preset, str) or preset not in self.presets():
             raise ChargenError(f"unknown model size {str(preset)[:40]!r}; pick one from the list")
         source = None
         if start_from not in (None, "", SCRATCH):
             source = self.shelf.folders().get(start_from) if isinstance(start_from, str) else None
             if source is None:
                 raise ChargenError(f"unknown model {str(start_from)[:60]!r} to start from; pick one from the list")
+            if not self.allowed(read_record(source).model):
+                raise ChargenError(f"{start_from} is wider than this server trains (at most {self.limits.max_hidden} "
+                                   "units); start from a smaller model, or from nothing")
         limits = self.limits
         seconds = int(clamp(seconds, limits.min_train_seconds, limits.max_train_seconds, 60))
         run_dir = new_run_dir(self.shelf.runs_dir, run_name, text_path, self.job.run_dir if self.job.busy() else None)
         config = TrainConfig(max_time=seconds, eval_every=100, log_every=10, sample_chars=200,
-                             init_from=str(source) if source else None)
+                             init_from=str(source) if source else None, max_hidden=limits.max_hidden)
         if source is None:
             mode = self.job.start(owner, text_path, run_dir, PRESETS[preset], config, uploaded=uploaded)
             what = preset
@@ -362,6 +368,14 @@ class Service:
         name = f"runs/{run_dir.name}"
         view = TrainingView(f"Training **{name}** ({what}, {mode} mode) for up to {seconds} s…")
         return self._follow(name, view)
+
+    def presets(self) -> list[str]:
+        """The model sizes a visitor may pick: those the owner's CHARGEN_MAX_HIDDEN allows
+        (auto then chooses among the sizes it allows)."""
+        return [name for name, model in PRESETS.items() if model is None or self.allowed(model)]
+
+    def allowed(self, model: ModelConfig) -> bool:
+        return self.limits.max_hidden is None or model.hidden <= self.limits.max_hidden
 
     def _follow(self, name: str, view: TrainingView) -> Iterator[TrainingView]:
         yield view

@@ -1,6 +1,7 @@
 """The web app, live: started on loopback in a subprocess and driven with gradio_client
 (and, once, with a real headless Chromium)."""
 
+import json
 import os
 import re
 import signal
@@ -342,3 +343,32 @@ def test_take_the_model_and_its_page_home(client, served, tmp_path):
             browser.close()
     done = cli("sample", str(served_model), "--rng", "portable", "--seed", "77", "--length", "120", "--prime", "the ")
     assert done.returncode == 0 and shown == [done.stdout.removesuffix("\n")]
+
+
+def test_forged_requests_get_words_not_a_bare_error(served):
+    """Values no page would send, straight to the HTTP API: each answer names the problem."""
+    def error_of(name: str, data: list) -> str:
+        url = served["url"]
+        event = httpx.post(f"{url}gradio_api/call/{name}", json={"data": data}).json()["event_id"]
+        with httpx.stream("GET", f"{url}gradio_api/call/{name}/{event}", timeout=60) as events:
+            errors = [line for line in events.iter_lines() if line.startswith("data: ") and '"error"' in line]
+        assert errors, name
+        return json.loads(errors[0][6:])["error"] or ""
+
+    forged = {"path": "/etc/hostname", "meta": {"_type": "gradio.FileData"}}
+    assert "not uploaded" in error_of("train", [forged, None, "tiny (1x128)", 10, "", "nothing: train from scratch"])
+    assert "number" in error_of("generate", ["shakespeare", "", 10, 0.8, 0, 1.0, "abc", 1])
+    assert "seed must be a whole number" in error_of("generate", ["shakespeare", "", 10, 0.8, 0, 1.0, 1e30, 1])
+
+
+def test_a_privileged_port_is_named_as_one():
+    """(Root may bind port 80, so a real try is not possible here: the error the kernel gives
+    an ordinary user, EACCES, as app.py words it.)"""
+    import errno
+
+    from conftest import load_script
+
+    app = load_script("app.py")
+    assert "ports below 1024 need root; pass --port 1024 or higher" in app.port_problem(
+        PermissionError(errno.EACCES, "Permission denied"))
+    assert "in use by another program" in app.port_problem(OSError(errno.EADDRINUSE, "Address already in use"))

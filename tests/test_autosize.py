@@ -241,3 +241,15 @@ def test_the_cli_chooses_only_without_model_flags(texts, tmp_path, monkeypatch, 
     assert main(["train", *common, "--out", str(tmp_path / "fixed"), "--hidden", "24"]) == 0
     assert "chosen for" not in capsys.readouterr().err
     assert json.loads((tmp_path / "fixed" / "config.json").read_text())["model"]["hidden"] == 24
+
+
+def test_a_cap_on_the_width_holds_the_size_chosen_for_the_budget(texts, tmp_path, monkeypatch):
+    """The app owner's CHARGEN_MAX_HIDDEN reaches the choice: the speed that buys 1x256
+    unbounded buys no wider than the cap."""
+    calls = fake_probe(monkeypatch, 1.2e12)
+    corpus = load_corpus(texts[0], val_path=texts[1])
+    capped = tiny_train(steps=None, max_time=2.0, sample_chars=0, max_hidden=128)
+    train(corpus, tmp_path / "run", None, capped)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["model"]["hidden"] == 128 and saved["train"]["max_hidden"] == 128
+    assert calls and all(c.hidden <= 128 for c in calls)

@@ -341,6 +341,15 @@ def test_the_owners_switches(tmp_path, trained_run):
     shelf_of_models(tmp_path, trained_run)
     (tmp_path / "corpora").mkdir()
     (tmp_path / "corpora" / "tiny.txt").write_text(make_text(200, seed=3))
+    assert Limits.from_environment({"CHARGEN_MAX_HIDDEN": "256"}).max_hidden == 256
+    narrow = Service(tmp_path / "models", tmp_path / "runs", tmp_path / "corpora",
+                     Limits.from_environment({"CHARGEN_MAX_HIDDEN": "256"}), poll=0.05)
+    assert narrow.presets() == [AUTO, "tiny (1x128)", "small (1x256)"]
+    with pytest.raises(ChargenError, match="unknown model size"):
+        narrow.train("page-a", None, "tiny.txt", "medium (1x512)", 10, "x")
+    tiniest = Service(tmp_path / "models", tmp_path / "runs", tmp_path / "corpora", Limits(max_hidden=16))
+    with pytest.raises(ChargenError, match="shakespeare is wider than this server trains .at most 16 units."):
+        tiniest.train("page-a", None, "tiny.txt", AUTO, 10, "x", "shakespeare")
     off = Service(tmp_path / "models", tmp_path / "runs", tmp_path / "corpora", limits, poll=0.05)
     with pytest.raises(ChargenError, match="Training is turned off on this server"):
         off.train("page-a", None, "tiny.txt", "tiny (1x128)", 10, "x")
