@@ -213,6 +213,7 @@ def train_tab(service: Service, limits: Limits, model: gr.Dropdown, start_traini
         stop_train_button = gr.Button("Stop and save", variant="stop")
     status = gr.Markdown()
     curve = gr.LinePlot(curve_frame([]), x="seconds", y="validation bits/char", label="validation loss",
+                        x_title="training time (seconds)", y_title="validation loss (bits per character)",
                         y_axis_format=".2f", x_axis_format="~g")
     samples = gr.Textbox(label="samples at the last validation", lines=8)
     train_button.click(start_training, [upload, corpus, preset, seconds, run_name, start_from],

@@ -17,7 +17,11 @@ from pathlib import Path
 def plot(events: list[dict], title: str, path: Path) -> None:
     """Bits per character against the step: training (each log window), validation on the
     whole text (dots) and on a sample of it during a timed run (rings)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("run_summary.py: error: --plot needs matplotlib: pip install matplotlib (or drop --plot)") \
+            from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

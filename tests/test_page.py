@@ -29,6 +29,7 @@ def test_the_curve_is_numeric_from_the_start(demo):
     3.41 was drawn below 3.16), with readable ticks."""
     (plot,) = of_type(demo, gr.LinePlot)
     assert plot.y_axis_format == ".2f"
+    assert (plot.x_title, plot.y_title) == ("training time (seconds)", "validation loss (bits per character)")
     for frame in (app.curve_frame([]), app.curve_frame([(10.0, 3.41), (20.0, 3.16)])):
         data = plot.postprocess(frame)
         assert data.datatypes == {"seconds": "quantitative", "validation bits/char": "quantitative"}

@@ -166,3 +166,11 @@ def test_bits_per_character_come_from_one_function():
     for path in modules():
         if path.stem != "evaluate":
             assert "/ LN2" not in path.read_text(encoding="utf-8"), path.name
+
+
+def test_every_module_is_in_the_readmes_table():
+    """The README's "How it is built" names every module of the package (it drifts otherwise)."""
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## How it is built"):]
+    for path in modules():
+        assert f"`chargen/{path.name}`" in table, path.name
