@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -116,13 +116,17 @@ class TrainedModel:
         text_tokenizer = CharTokenizer.from_text(text)
         return self._evaluate_ids(text_tokenizer.encode(text), text_tokenizer)
 
-    def evaluate_file(self, path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict") -> dict:
-        """``evaluate`` on a file of any size: read in chunks, never held as one string."""
+    def evaluate_file(self, path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict",
+                      log: Callable[[str], None] | None = None) -> dict:
+        """``evaluate`` on a file of any size: read in chunks, never held as one string.
+        ``log`` hears, once the text is read and checked, what the (long) pass will score."""
         scan = scan_text(path, encoding, errors)
         file_tokenizer = tokenizer_for(scan)
-        return self._evaluate_ids(encode_file(path, file_tokenizer, scan.n_chars, encoding, errors), file_tokenizer)
+        return self._evaluate_ids(encode_file(path, file_tokenizer, scan.n_chars, encoding, errors), file_tokenizer,
+                                  log)
 
-    def _evaluate_ids(self, ids: np.ndarray, text_tokenizer: CharTokenizer) -> dict:
+    def _evaluate_ids(self, ids: np.ndarray, text_tokenizer: CharTokenizer,
+                      log: Callable[[str], None] | None = None) -> dict:
         """``ids`` are in the text's own vocabulary; they are recoded (in place) to the
         model's once every character is known to be in it."""
         items = None
@@ -134,11 +138,14 @@ class TrainedModel:
         if unknown := [ch for ch in text_tokenizer.chars if ch not in self.tokenizer]:
             raise unknown_chars_error("evaluation text", unknown)
         recode(ids, text_tokenizer.recode_table(self.tokenizer))
+        if items is None and len(ids) < 2:
+            raise ChargenError("the evaluation text needs at least 2 characters")
+        if log is not None:
+            log(f"scoring {len(ids):,} characters in one pass of the model (about a minute for a few million on a "
+                "CPU)")
         if items is not None:
             loss = evaluate_items(self.model, items)
             return {"loss": loss, "bpc": bpc(loss), "chars": int(items.lengths.sum()), "items": len(items)}
-        if len(ids) < 2:
-            raise ChargenError("the evaluation text needs at least 2 characters")
         loss = evaluate_streams(self.model, eval_streams(ids, self.device))
         return {"loss": loss, "bpc": bpc(loss), "chars": len(ids)}
 

@@ -410,7 +410,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .api import load
 
     model = load(args.run_dir, device=args.device, weights=args.weights)
-    result = model.evaluate_file(args.text_file, args.encoding, args.errors)
+    started = time.perf_counter()
+    result = model.evaluate_file(args.text_file, args.encoding, args.errors,
+                                 log=lambda message: print(message, file=sys.stderr))
+    print(f"scored in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     over = f"{result['items']:,} items ({result['chars']:,} chars and ends)" if "items" in result \
         else f"{result['chars']:,} chars"
     print(f"loss {result['loss']:.4f} nats/char  bpc {result['bpc']:.4f}  over {over}")

@@ -404,7 +404,10 @@ class Trainer:
                              temperature=SAMPLING.temperature, seed=(run.config.seed + step) % (MAX_SEED + 1),
                              items=run.mode.items)
         texts = collect(pieces, n)
-        self.log(f"--- sample{'s' if n > 1 else ''} ---\n" + "\n".join(texts) + "\n---")
+        if run.mode.items:  # (a line of short items: a long run's log stays readable)
+            self.log("--- samples: " + " · ".join(texts))
+        else:
+            self.log("--- sample ---\n" + "\n".join(texts) + "\n---")
         event = {"event": "sample", "step": step, "texts": texts}
         if self.board is not None:
             self.board.event(event)

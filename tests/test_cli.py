@@ -39,7 +39,8 @@ def test_train_sample_eval_end_to_end(tmp_path, capsys, corpus_file):
     assert again == out
     code, out, _ = run(capsys, "sample", run_dir, "--length", "20", "--num-samples", "3", "--seed", "1")
     assert code == 0 and out.count("--- sample") == 3
-    code, out, _ = run(capsys, "eval", run_dir, corpus_file)
+    code, out, err = run(capsys, "eval", run_dir, corpus_file)
+    assert err.startswith("scoring ") and "scored in" in err  # (a long pass says what it does)
     assert code == 0 and "bpc" in out and "nats/char" in out
     # --resume with a larger --steps continues the same run
     code, _, err = run(capsys, "train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--steps", "15", "--resume")

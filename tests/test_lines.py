@@ -218,3 +218,15 @@ def test_resume_refuses_another_mode_or_bucketing(tmp_path, names_file):
         train(load_corpus(names_file, mode="stream"), run, None, tiny_train(steps=8, batch_size=8), resume=True)
     with pytest.raises(ChargenError, match="--bucket-factor differs"):
         train(corpus, run, None, tiny_train(steps=8, batch_size=8, bucket_factor=3), resume=True)
+
+
+def test_a_lines_runs_samples_are_one_line_in_its_log(tmp_path):
+    """Eight short items a validation, each on a line of its own, made a 40-second run's log
+    hundreds of lines long: they share one line."""
+    path = tmp_path / "names.txt"
+    path.write_text("\n".join(name_list(300, seed=2)) + "\n")
+    lines = []
+    train(load_corpus(path, mode="lines"), tmp_path / "run", tiny_model(), tiny_train(steps=12, eval_every=6),
+          log=lines.append)
+    shown = [line for line in lines if line.startswith("--- sample")]
+    assert len(shown) == 2 and all("\n" not in line and line.count(" · ") == 7 for line in shown), shown
