@@ -275,6 +275,9 @@ def check_start(args: argparse.Namespace) -> None:
                            f"(the shipped ones are in {ROOT / 'models'})")
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As the server binds (uvicorn sets it): a port a stopped app left in TIME_WAIT is free,
+        # one another program listens on is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((args.host, args.port))
         except OSError as e:

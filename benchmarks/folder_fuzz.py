@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import json
 import random
 import re
@@ -22,12 +21,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # (tests/folders.py: the fields, and a folder used)
 
 import chargen  # noqa: E402
-from chargen.card import card_text  # noqa: E402
 from chargen.export import export_model  # noqa: E402
-from chargen.web import page_files  # noqa: E402
+from folders import REMOVED, field_paths, use_folder, with_field  # noqa: E402
 
 VALUES = [None, True, False, 0, -1, 1, 2**70, -(2**70), 0.5, 512.5, 1e308, float("nan"), float("inf"), "", "x",
           "stream", "lines", "fp32", [], ["x"], {}, {"a": 1}]
@@ -47,34 +45,14 @@ def any_value(rng: random.Random, depth: int = 0) -> object:
     return {rng.choice("abc"): any_value(rng, depth + 1) for _ in range(rng.randrange(3))}
 
 
-def fields(config: dict, prefix: tuple = ()) -> list[tuple]:
-    found = []
-    for key, value in config.items():
-        found.append((*prefix, key))
-        if isinstance(value, dict):
-            found += fields(value, (*prefix, key))
-    return found
-
-
 def changed(config: dict, path: tuple, rng: random.Random) -> dict:
-    config = copy.deepcopy(config)
-    where = config
-    for key in path[:-1]:
-        where = where[key]
-    if rng.random() < 0.2:
-        del where[path[-1]]
-    else:
-        where[path[-1]] = any_value(rng)
-    return config
+    return with_field(config, path, REMOVED if rng.random() < 0.2 else any_value(rng))
 
 
 def try_folder(folder: Path) -> str | None:
     """None if the folder loads and serves; else the one-line refusal."""
     try:
-        model = chargen.load(folder, device="cpu")
-        model.generate("", 5, seed=1)
-        card_text(model, "x")
-        page_files(model, "fp32", "x", card=False)
+        use_folder(folder)
     except chargen.ChargenError as e:
         if "\n" in str(e) or "config.json" not in str(e):
             raise
@@ -103,7 +81,7 @@ def main() -> None:
         source = export_model(work / "run", work / "model")
         original, folder = json.loads((source / "config.json").read_text()), work / "case"
         shutil.copytree(source, folder)
-        outcomes, refusals, paths = collections.Counter(), collections.Counter(), fields(original)
+        outcomes, refusals, paths = collections.Counter(), collections.Counter(), field_paths(original)
         for _ in range(args.cases):
             config = changed(original, rng.choice(paths), rng)
             (folder / "config.json").write_text(json.dumps(config, allow_nan=True))

@@ -35,8 +35,17 @@ from . import faults, memory
 from .board import TB_DIR
 from .errors import ChargenError
 from .model import ModelConfig
-from .record import CONFIG, RunRecord, is_record, read_record
-from .storage import TMP_SUFFIX, atomic_write, fsync_folder, load_tensors, read_bytes, read_json, tensor_header
+from .record import CONFIG, FORMAT, RunRecord, read_record
+from .storage import (
+    TMP_SUFFIX,
+    atomic_write,
+    fsync_folder,
+    load_tensors,
+    read_bytes,
+    read_json,
+    real_path,
+    tensor_header,
+)
 from .tokenizer import CharTokenizer
 
 TOKENIZER = "tokenizer.json"
@@ -66,14 +75,22 @@ def describe_folder(folder: Path) -> str:
         return "file"
     if not any(folder.iterdir()):
         return "empty"
-    if is_record(folder):
-        return "model" if read_json(folder / CONFIG, folder).get("exported") is not None else "run"
-    try:
-        if read_json(folder / PAGE_HEADER, folder).get("format") == PAGE_FORMAT:
+    return record_kind(folder) or "other"
+
+
+def record_kind(folder: Path) -> str | None:
+    """``run``, ``model`` or ``page``: the chargen folder that ``folder``'s record (its
+    config.json, or a page's model.json) says it is, its other fields unchecked; else None."""
+    for name, kind in ((CONFIG, "run"), (PAGE_HEADER, "page")):
+        try:
+            record = read_json(folder / name, folder)
+        except ChargenError:  # (missing, not a regular file, too big, not JSON)
+            continue
+        if kind == "run" and record.get("format") == FORMAT:
+            return "model" if record.get("exported") is not None else "run"
+        if kind == "page" and record.get("format") == PAGE_FORMAT:
             return "page"
-    except ChargenError:
-        pass
-    return "other"
+    return None
 
 
 def ours(folder: Path, kind: str) -> list[Path]:
@@ -175,8 +192,8 @@ def check_resumable(run_dir: Path) -> RunRecord:
 
 def inside_chargen_folder(path: Path) -> Path | None:
     """The run, model or page folder that ``path`` would be in, at any depth, if any."""
-    for folder in path.resolve().parents:
-        if is_record(folder) or (folder / PAGE_HEADER).is_file() and describe_folder(folder) == "page":
+    for folder in real_path(path).parents:
+        if record_kind(folder) is not None:
             return folder
     return None
 
@@ -241,10 +258,10 @@ def check_weights_fit(path: Path, model: ModelConfig, folder: Path) -> None:
     expected = model.shapes()
     for name, shape in expected.items():
         entry = declared.get(name)
-        if not isinstance(entry, dict) or entry.get("dtype") != "F32" or tuple(entry.get("shape") or ()) != shape:
-            found = "missing" if entry is None else f"{entry.get('dtype')} {entry.get('shape')}" \
-                if isinstance(entry, dict) else "corrupt"
-            raise ChargenError(f"{path} does not fit the model in config.json ({name}: {found}, where the model "
+        found = (entry.get("dtype"), entry.get("shape")) if isinstance(entry, dict) else None
+        if found != ("F32", list(shape)):
+            shown = f"{found[0]} {found[1]}" if found else "missing"
+            raise ChargenError(f"{path} does not fit the model in config.json ({name}: {shown}, where the model "
                                f"has F32 {list(shape)}); retrain or restore the folder")
     if extra := sorted(set(declared) - set(expected)):
         raise ChargenError(f"{path} does not fit the model in config.json (it has {extra[0]}, which the model "
@@ -311,7 +328,8 @@ def check_export_target(run_dir: Path, out_dir: Path, force: bool, kind: str = "
     """Refuse an export folder that is the run, inside it or inside any chargen folder, a
     file, a folder chargen did not write, one of another kind, or (without ``force``) a
     folder with something in it."""
-    if out_dir.resolve() == run_dir.resolve() or run_dir.resolve() in out_dir.resolve().parents:
+    out, run = real_path(out_dir), real_path(run_dir)
+    if out == run or run in out.parents:
         raise ChargenError("export needs a folder of its own, not the run folder or one inside it")
     found = describe_folder(out_dir)
     if found in ("missing", "empty"):

@@ -22,7 +22,7 @@ from .errors import ChargenError
 from .lines import MODES
 from .model import ModelConfig
 from .portable import RNGS
-from .record import read_record
+from .record import RunRecord, read_record
 from .sample import DEFAULTS as SAMPLING
 from .schedule import DECAYS, SCALINGS
 from .storage import atomic_write
@@ -278,17 +278,17 @@ def given(args: argparse.Namespace, names: tuple[str, ...] | list[str]) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
-def configs_from_args(args: argparse.Namespace, run_dir: Path) -> tuple[ModelConfig | None, TrainConfig]:
-    """New run: defaults overlaid with the flags given. Resume: the saved configs overlaid
-    with the flags given (train() refuses the ones that cannot change mid-run)."""
+def configs_from_args(args: argparse.Namespace, saved: RunRecord | None) -> tuple[ModelConfig | None, TrainConfig]:
+    """New run: defaults overlaid with the flags given. Resume (``saved``: the run's record):
+    the saved configs overlaid with the flags given (train() refuses the ones that cannot
+    change mid-run)."""
     train_flags = given(args, [n for n in TRAIN_DEFAULTS if n != "max_time"])
     model_flags = given(args, MODEL_FLAGS)
     if args.resume and "init_from" in train_flags:
         raise ChargenError("--init-from starts a new run; drop it to resume (the run keeps where it started from)")
-    if not args.resume:  # no model flag: the size is chosen for --max-time, or the default
+    if saved is None:  # no model flag: the size is chosen for --max-time, or the default
         model_config = ModelConfig(**model_flags) if model_flags else None
         return model_config, TrainConfig(**train_flags, max_time=args.max_time)
-    saved = checkpoint.check_resumable(run_dir)
     base = saved.train
     if "epochs" in train_flags or "steps" in train_flags:
         base = replace(base, epochs=None, steps=None)
@@ -306,9 +306,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .train import train
 
     run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file[0]).stem
+    saved = checkpoint.check_resumable(run_dir) if args.resume else None  # (refused before a long read of the text)
     mode = args.mode
-    if mode is None and (args.resume or args.init_from):  # (the run's mode, or the source's)
-        mode = (checkpoint.check_resumable(run_dir) if args.resume else read_record(Path(args.init_from))).mode.name
+    if mode is None and (saved or args.init_from):  # (the run's mode, or the source's)
+        mode = (saved or read_record(Path(args.init_from))).mode.name
 
     def log(message: str) -> None:
         if not (args.quiet and message.startswith("--- sample")):
@@ -323,7 +324,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                          encoding=args.encoding, errors=args.errors, mode=mode or "auto")
     if big:
         log(f"read {corpus.source['chars']:,} characters in {time.perf_counter() - started:.1f} s")
-    model_config, config = configs_from_args(args, run_dir)
+    model_config, config = configs_from_args(args, saved)
 
     # Under torchrun: join the process group; each rank takes its own GPU where there are GPUs.
     ranks, device = from_environment(config.device)

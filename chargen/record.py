@@ -72,6 +72,17 @@ class Exported:
         check_field_types(self)
         check_finite(self)
 
+    @classmethod
+    def of(cls, part: dict) -> Exported:
+        """From config.json's ``exported`` object, whose ``from`` is no name for a field."""
+        for name in ("from", "weights"):
+            if not isinstance(part.get(name), str):
+                raise FieldError(f"{name} must be a string, not {short(part.get(name))}")
+        return cls(part["from"], part["weights"])
+
+    def to_json(self) -> dict:
+        return {"from": self.source, "weights": self.weights}
+
 
 @dataclass(frozen=True)
 class CorpusInfo:
@@ -134,7 +145,7 @@ class RunRecord:
         if self.init_from is not None:
             data["init_from"] = asdict(self.init_from)
         if self.exported is not None:
-            data["exported"] = {"from": self.exported.source, "weights": self.exported.weights}
+            data["exported"] = self.exported.to_json()
         return data
 
     @classmethod
@@ -161,20 +172,16 @@ class RunRecord:
         model = section(ModelConfig, data, "model", required=MODEL_FIELDS)
         if model.vocab_size < 1:
             raise FieldError("model.vocab_size must be positive")
-        exported = data.get("exported")
-        if isinstance(exported, dict) and "from" in exported:
-            exported = {"source": exported["from"]} | {k: v for k, v in exported.items() if k != "from"}
         record = cls(
             mode=mode_of(mode), model=model, train=section(TrainConfig, data, "train"),
-            corpus=section(CorpusInfo, data, "corpus", CorpusInfo.of),
+            corpus=section(CorpusInfo, data, "corpus", CorpusInfo.of, required=("path",)),
             default_prime=value(data, "default_prime", str, ""), parameters=value(data, "parameters", int, 0),
             precision_used=value(data, "precision_used", str, None),
             chargen_version=value(data, "chargen_version", str, ""),
             lr_schedule=value(data, "lr_schedule", dict, {}),
             summary=section(Summary, data, "summary", default=Summary()),
             init_from=section(InitFrom, data, "init_from", default=None),
-            exported=section(Exported, {"exported": exported} if exported is not None else {}, "exported",
-                             default=None))
+            exported=section(Exported, data, "exported", Exported.of, default=None))
         if record.parameters < 0:
             raise FieldError(f"parameters must be 0 or more, not {record.parameters}")
         if len(record.default_prime) > MAX_DEFAULT_PRIME:  # (fed at every sample's start: a long one is a long wait)
@@ -212,7 +219,8 @@ def section(cls: type, data: dict, name: str, make=None, default=_REQUIRED, requ
     part = data[name]
     if not isinstance(part, dict):
         raise FieldError(f"{name} must be an object, not {short(part)}")
-    required = [*required, *(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)]
+    if make is None:  # (a ``make`` reads the part its own way)
+        required = [*required, *(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)]
     if missing := [f for f in required if f not in part]:
         raise FieldError(f"{name} lacks {', '.join(missing)}")
     try:
@@ -234,11 +242,3 @@ def read_record(folder: Path) -> RunRecord:
 
 def write_record(folder: Path, record: RunRecord) -> None:
     write_json(folder / CONFIG, record.to_json())
-
-
-def is_record(folder: Path) -> bool:
-    """Whether ``folder`` holds a config.json that says it is chargen's (its fields unchecked)."""
-    try:
-        return read_json(folder / CONFIG, folder).get("format") == FORMAT
-    except ChargenError:
-        return False

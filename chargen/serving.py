@@ -429,9 +429,10 @@ def forget_old_runs(runs_dir: Path, most: int, keep: Path) -> list[Path]:
 def forget_upload(path: Path) -> None:
     """Delete an upload from the server's upload cache, and its folder there once empty (a
     folder of its own: Gradio keeps each upload in one)."""
-    path.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        path.parent.rmdir()
+    if path.name and path.is_file():  # (a forged value may name anything: only a file is removed)
+        path.unlink()
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
 
 
 def new_run_dir(runs_dir: Path, run_name: str | None, text_path: Path, training: Path | None = None) -> Path:

@@ -111,7 +111,7 @@ class MadeOnDemand:
         fresh folder of its own, unless made already from the same weights."""
         source = self.shelf.folders().get(name)
         if source is None:
-            raise ChargenError(f"no such model: {name}")
+            raise ChargenError(f"no such model: {name[:60]!r}")
         stamp = weights_file(source).stat().st_mtime
         with self._lock:
             made = self._made.get((name, kind))
@@ -130,7 +130,7 @@ class WebPages(MadeOnDemand):
     def file(self, name: str, file: str) -> Path:
         """The path of ``file`` of the model ``name``'s page; a ChargenError for a name not
         on the shelf or a file the page does not have."""
-        if file not in self.FILES or name not in self.shelf.folders():
+        if file not in self.FILES:
             raise ChargenError(f"no such page: {name}/{file}")
         return self.made(name, "page", lambda source, out: export_web(source, out, force=True)) / file
 
@@ -143,7 +143,7 @@ class Downloads(MadeOnDemand):
     FILES = ("model.zip", "page.zip")
 
     def file(self, name: str, file: str) -> Path:
-        if file not in self.FILES or name not in self.shelf.folders():
+        if file not in self.FILES:
             raise ChargenError(f"no such download: {name}/{file}")
         export = export_model if file == "model.zip" else export_web
         return self.made(name, file, lambda source, out: zipped(source, out, Path(name).name, export))

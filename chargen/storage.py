@@ -79,12 +79,20 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def real_path(path: Path) -> Path:
+    """``path`` with its links followed; a ChargenError for links that loop."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # (Python 3.11's resolve raises RuntimeError on a loop)
+        raise ChargenError(f"{path} is a link that leads back to itself; replace it with a file or folder") from None
+
+
 def open_regular(path: Path, folder: Path | None = None, missing: str | None = None) -> int:
     """A read-only descriptor of ``path``, refused unless it is a regular file (and, given
     ``folder``, one inside it once links are followed). ``missing``: the message when it
     does not exist."""
     if folder is not None:
-        real, inside = path.resolve(), folder.resolve()
+        real, inside = real_path(path), real_path(folder)
         if inside not in real.parents:
             raise ChargenError(f"{path} is a link to {'a file' if real.exists() else 'nothing'} outside {folder}; "
                                "put the file itself in the folder")
