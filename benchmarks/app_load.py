@@ -1,8 +1,19 @@
-"""The web app under load: many users streaming at once from ``python app.py``.
+"""The web app, measured from outside: start-up and time to first text, then many users
+streaming at once. Each part starts ``python app.py`` on loopback (serving ``--models``, the
+shipped models by default) in a subprocess of its own.
 
-Starts the app on loopback (the shipped models), then for each count of ``--users`` sends
-that many requests at once, each for one generation of ``--length`` characters, through
-Gradio's HTTP API (a POST, then its event stream: what the page's own script does), with a
+``--only latency`` prints:
+- start to first served page: from launching the process to the first HTTP 200 on "/";
+- click to first text: in headless Chromium (when it and playwright are installed), from
+  the Generate click to the first characters in the page; and through gradio_client, from
+  the request to its first streamed update;
+- streamed chars/s for 1 user and for ``--users`` concurrent users (8 by default; each its
+  own gradio_client), against the baseline of the same sampling in-process with no server
+  (``model.stream``).
+
+``--only load``: for each count of ``--users`` (1, 8, 32 and 128 by default) it sends that
+many requests at once, each for one generation of ``--length`` characters, through Gradio's
+HTTP API (a POST, then its event stream: what the page's own script does), with a
 per-request timeout. The clients are light on purpose (one event loop, one connection per
 user): they share the server's cores, and gradio_client, one Client with its own threads
 per user, took more CPU than the server did (1.2 cores to its 0.5 at 32 users on 2 cores).
@@ -14,12 +25,14 @@ request, and one naming an unknown model, which must get a clear error).
 
 ``--code REV`` runs the app of an earlier commit instead (from a git worktree under
 benchmarks/out/app_load), so that before and after are measured on the same machine in one
-sitting; results are appended to benchmarks/out/app_load/results.jsonl and ``--report``
-prints them side by side.
+sitting; the load rounds are appended to benchmarks/out/app_load/results.jsonl and
+``--report`` prints them side by side.
 
-    python benchmarks/app_load.py                          # 1, 8, 32 and 128 users (~3 min on 2 cores)
-    python benchmarks/app_load.py --code 5920378           # the same against the app at that commit
-    python benchmarks/app_load.py --report                 # the table of both
+    python -m benchmarks.app_load                     # both parts: about 4 min on 2 cores
+    python -m benchmarks.app_load --only latency      # ~1 min
+    python -m benchmarks.app_load --only load         # 1, 8, 32 and 128 users (~3 min)
+    python -m benchmarks.app_load --only load --code 5920378   # the same against the app at that commit
+    python -m benchmarks.app_load --report            # the load table of both
 """
 
 from __future__ import annotations
@@ -27,22 +40,118 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import chargen
+from benchmarks.common import OUT, ROOT, append_jsonl, checkout, client_for, command_line, read_jsonl, running_app
 
-from app_latency import client_for, free_port, start_app  # noqa: E402
-from worktree import checkout  # noqa: E402
+PARTS = ("latency", "load")
+LENGTH = {"latency": 2000, "load": 1000}  # characters per generation, by default
+USERS = {"latency": [8], "load": [1, 8, 32, 128]}
 
-OUT = ROOT / "benchmarks" / "out" / "app_load"
+
+# --- latency -------------------------------------------------------------------------------
+def timed_generation(url: str, model: str, length: int, seed: int) -> tuple[float, float, int]:
+    """(seconds to the first update, seconds to the end, characters generated)."""
+    client = client_for(url)
+    start = time.perf_counter()
+    job = client.submit(model, "", length, 0.8, 0, 1.0, seed, 1, api_name="/generate")
+    first = None
+    for _ in job:
+        if first is None:
+            first = time.perf_counter() - start
+    total = time.perf_counter() - start
+    return first or total, total, len(job.outputs()[-1])
 
 
+def browser_first_text(url: str, tries: int) -> list[float] | None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    if chromium is None:
+        return None
+    times = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(url)
+        page.get_by_label("prime").fill("ROMEO:")
+        output = page.locator("#output textarea")
+        output.wait_for()
+        for _ in range(tries):
+            page.evaluate("document.querySelector('#output textarea').value = ''")
+            start = time.perf_counter()
+            page.get_by_role("button", name="Generate", exact=True).click()
+            page.wait_for_function("document.querySelector('#output textarea').value.length > 6", polling="raf")
+            times.append(time.perf_counter() - start)
+            page.wait_for_timeout(1500)  # let this generation (500 chars) finish
+        browser.close()
+    return times
+
+
+def in_process_speed(folder: Path, length: int) -> float:
+    """The baseline: chars/s of the same sampling in this process, no server."""
+    model = chargen.load(folder, device="cpu")
+    start = time.perf_counter()
+    n = sum(1 for _ in model.stream("", length, seed=0))
+    return n / (time.perf_counter() - start)
+
+
+def at_once(url: str, model: str, users: int, length: int) -> tuple[list[tuple[float, float, int]], float]:
+    """``users`` gradio_client generations at once, each in its thread: their timings, and the wall time."""
+    results: list[tuple[float, float, int]] = []
+    threads = [threading.Thread(target=lambda i=i: results.append(timed_generation(url, model, length, 100 + i)))
+               for i in range(users)]
+    wall = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, time.perf_counter() - wall
+
+
+def latency(args: argparse.Namespace, root: Path) -> None:
+    length, users = args.length or LENGTH["latency"], max(args.users or USERS["latency"])
+    library_cps = in_process_speed(args.models / args.model, length)
+    with running_app(["--models", str(args.models)], root=root) as app:
+        timed_generation(app.url, args.model, 50, 0)  # warm: loads the model
+        firsts = [timed_generation(app.url, args.model, 30, i)[0] for i in range(args.tries)]
+        browser = browser_first_text(app.url, args.tries)
+        _, total, chars = timed_generation(app.url, args.model, length, 1)
+        results, wall = at_once(app.url, args.model, users, length)
+    one_user, together = chars / total, sum(c for *_, c in results) / wall
+    per_user = [c / t for _, t, c in results]
+    print(f"\napp: {args.model} from {args.models}, {os.cpu_count()} cores; python {sys.version.split()[0]}\n")
+    print("| measure | value | target |")
+    print("| --- | ---: | ---: |")
+    print(f"| start to first served page | {app.start_seconds:.1f} s | < 15 s |")
+    if browser:
+        median = statistics.median(browser) * 1000
+        print(f"| click to first text, Chromium (median of {len(browser)}) | {median:.0f} ms | < 300 ms |")
+    else:
+        print("| click to first text, Chromium | not measured (no chromium/playwright) | < 300 ms |")
+    print(f"| request to first text, gradio_client (median of {len(firsts)}) | "
+          f"{statistics.median(firsts) * 1000:.0f} ms | |")
+    print(f"| in-process sampling, no server (baseline) | {library_cps:,.0f} chars/s | |")
+    print(f"| streamed, 1 user | {one_user:,.0f} chars/s ({one_user / library_cps:.2f}x baseline) | |")
+    print(f"| streamed, {users} users at once: each (median) | {statistics.median(per_user):,.0f} chars/s | |")
+    print(f"| streamed, {users} users at once: all together | {together:,.0f} chars/s "
+          f"({together / library_cps:.2f}x baseline) | |")
+    print(f"| {users} users: first text, median / slowest | {statistics.median(f for f, *_ in results):.2f} s / "
+          f"{max(f for f, *_ in results):.2f} s | |")
+
+
+# --- load ----------------------------------------------------------------------------------
 def resident_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -166,36 +275,49 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--users", type=int, nargs="+", default=[1, 8, 32, 128])
-    parser.add_argument("--length", type=int, default=1000, help="characters per generation (default 1000)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a request may take (default 120)")
-    parser.add_argument("--model", default="shakespeare")
-    parser.add_argument("--code", default="now", help="a git revision whose app to run (default: this tree's)")
-    parser.add_argument("--report", action="store_true", help="only print the results so far")
-    parser.add_argument("--out", type=Path, default=OUT, help="folder of results and checkouts (default %(default)s)")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+def load(args: argparse.Namespace, root: Path) -> None:
+    """The rounds (unless ``--report``), each appended to the results as it ends; then the table."""
     results = args.out / "results.jsonl"
     if not args.report:
-        root = ROOT if args.code == "now" else checkout(args.code, args.out / f"code-{args.code}")
-        port = free_port()
-        server, _ = start_app(port, ROOT / "models", root)
-        url = f"http://127.0.0.1:{port}/"
-        try:
-            client_for(url).predict(args.model, "", 20, 0.8, 0, 1.0, 0, 1, api_name="/generate")  # load the model
-            for users in args.users:
-                row = load_round(url, server.pid, users, args.length, args.timeout, args.model)
-                row.update(code=args.code, after=still_serves(url, args.model))
+        length = args.length or LENGTH["load"]
+        with running_app(["--models", str(args.models)], root=root) as app:
+            client_for(app.url).predict(args.model, "", 20, 0.8, 0, 1.0, 0, 1, api_name="/generate")  # load the model
+            for users in args.users or USERS["load"]:
+                row = load_round(app.url, app.process.pid, users, length, args.timeout, args.model)
+                row.update(code=args.code, after=still_serves(app.url, args.model))
                 print(json.dumps(row), flush=True)
-                with open(results, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-    rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-    print(report(rows))
+                append_jsonl(results, row)
+    print(report(read_jsonl(results)))
+
+
+# --- the command -----------------------------------------------------------------------------
+def main() -> None:
+    parser = command_line(__doc__, __spec__.name)
+    parser.add_argument("--only", choices=PARTS, help="one part (default: latency, then load)")
+    parser.add_argument("--models", type=Path, default=ROOT / "models", help="the models folder the app serves")
+    parser.add_argument("--model", default="shakespeare")
+    parser.add_argument("--length", type=int,
+                        help="characters per generation (default 2000 for latency, 1000 for load)")
+    parser.add_argument("--users", type=int, nargs="+",
+                        help="users at once: load's rounds (default 1 8 32 128); latency measures the largest "
+                             "(default 8)")
+    parser.add_argument("--tries", type=int, default=10, help="latency: first-text timings (default 10)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="load: seconds a request may take (default 120)")
+    parser.add_argument("--code", default="now", metavar="REV",
+                        help="a git revision whose app to run (default: this tree's)")
+    parser.add_argument("--report", action="store_true", help="only print the load results so far")
+    parser.add_argument("--out", type=Path, default=OUT / "app_load",
+                        help="folder of load results and checkouts (default %(default)s)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        load(args, ROOT)
+        return
+    root = ROOT if args.code == "now" else checkout(args.code, args.out / f"code-{args.code}")
+    if args.only in (None, "latency"):
+        latency(args, root)
+    if args.only in (None, "load"):
+        load(args, root)
 
 
 if __name__ == "__main__":

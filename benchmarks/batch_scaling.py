@@ -9,9 +9,9 @@ final bpc (interpolated between validations); and it plots validation bpc agains
 training time for every run.
 
     pip install matplotlib                   # for the plot only
-    python benchmarks/batch_scaling.py       # the grid in benchmarks/README.md, ~40 min on 2 cores
-    python benchmarks/batch_scaling.py --ks 4 --epochs 0.2 --out /tmp/bs   # a smoke test
-    python benchmarks/batch_scaling.py --report   # table and plot from the saved results
+    python -m benchmarks.batch_scaling       # the grid in benchmarks/README.md, ~40 min on 2 cores
+    python -m benchmarks.batch_scaling --ks 4 --epochs 0.2 --out /tmp/bs   # a smoke test
+    python -m benchmarks.batch_scaling --report   # table and plot from the saved results
 
 Results go to OUT/results.json as each run finishes; a second invocation skips the runs
 already there, so an interrupted benchmark continues.
@@ -30,11 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-try:
-    import chargen  # noqa: F401
-except ImportError:  # not installed: fall back to the checkout this script lives in
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import OUT, command_line, cpu_name, write_json
 from chargen import load_corpus
 from chargen.config import TrainConfig
 from chargen.corpus import epoch_steps
@@ -162,7 +158,7 @@ def plot(results: dict, path: Path, base_batch: int, title: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--corpus", type=Path, default=Path("corpora/shakespeare.txt"))
     parser.add_argument("--base-batch", type=int, default=16, help="B0 (default %(default)s)")
     parser.add_argument("--ks", type=int, nargs="*", default=[16, 4, 64], help="batch multiples (default 16 4 64)")
@@ -178,7 +174,7 @@ def main() -> None:
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/batch_scaling"))
+    parser.add_argument("--out", type=Path, default=OUT / "batch_scaling")
     parser.add_argument("--plot", type=Path, help="PNG path (default OUT/batch_scaling.png)")
     parser.add_argument("--report", action="store_true", help="only print the table and plot from saved results")
     args = parser.parse_args()
@@ -195,7 +191,7 @@ def main() -> None:
         sys.exit(f"{results_path} holds results of another setup; give another --out or delete it")
     setup = setup or here
     machine = {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
-               "cpu": platform.processor() or platform.machine(), "cuda": torch.cuda.is_available()}
+               "cpu": cpu_name(), "cuda": torch.cuda.is_available()}
 
     if not args.report:
         corpus = load_corpus(args.corpus)
@@ -206,7 +202,7 @@ def main() -> None:
                 continue
             results[name] = one_run(args, corpus, batch, scheme)
             saved = {"setup": setup, "machine": machine, "runs": results}
-            results_path.write_text(json.dumps(saved, indent=1))
+            write_json(results_path, saved, indent=1)
 
     print(f"\nsetup: {json.dumps(setup)}\nmachine: {json.dumps(saved.get('machine', machine))}\n")
     print(report(results, setup["base_batch"]))

@@ -9,13 +9,12 @@ each measured from the start of the command, and the ratios big / baseline.
 
 Targets (issue 7): peak resident memory under 2.5 GB and the first step within 90 s.
 
-    python benchmarks/big_corpus.py                 # 1 GB: ~2 min on 2 cores, 1 GB of disk
-    python benchmarks/big_corpus.py --size-mb 64    # a quick look
+    python -m benchmarks.big_corpus                 # 1 GB: ~2 min on 2 cores, 1 GB of disk
+    python -m benchmarks.big_corpus --size-mb 64    # a quick look
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -25,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import OUT, ROOT, command_line, write_json
+
 SHAKESPEARE = ROOT / "corpora" / "shakespeare.txt"
 NAMES = ROOT / "corpora" / "first_names.txt"
 TARGET_RSS_MB, TARGET_FIRST_STEP_S = 2.5 * 1024, 90.0
@@ -79,7 +79,7 @@ def run(text: Path, out: Path, steps: int, timeout: float, mode: str = "stream")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--size-mb", type=int, default=1024, help="size of the big file (default %(default)s)")
     parser.add_argument("--list-mb", type=int, default=100, help="size of a list of names (first_names.txt "
                         "repeated) also trained in lines mode; 0 for none (default %(default)s)")
@@ -128,9 +128,7 @@ def main() -> None:
     print(f"\npeak RSS {large['peak_rss_mb']:,.0f} MB (target < {TARGET_RSS_MB:,.0f}): "
           f"{'met' if ok_rss else 'MISSED'}; first step at {cell(large['first_step_s'], '.1f')} s "
           f"(target < {TARGET_FIRST_STEP_S:.0f}): {'met' if ok_start else 'MISSED'}")
-    out = ROOT / "benchmarks" / "out"
-    out.mkdir(exist_ok=True)
-    (out / "big_corpus.json").write_text(json.dumps(rows, indent=2))
+    write_json(OUT / "big_corpus.json", rows)
 
 
 if __name__ == "__main__":

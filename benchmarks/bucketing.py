@@ -12,8 +12,8 @@ Corpora:
   verse lines joined by spaces), a few characters to a few thousand: widely varying;
 - names: corpora/first_names.txt, 2 to 15 characters.
 
-    python benchmarks/bucketing.py                  # ~15 min on 2 cores
-    python benchmarks/bucketing.py --quick          # a smoke test
+    python -m benchmarks.bucketing                  # ~15 min on 2 cores
+    python -m benchmarks.bucketing --quick          # a smoke test
 """
 
 from __future__ import annotations
@@ -28,17 +28,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-try:
-    import chargen  # noqa: F401
-except ImportError:  # not installed: fall back to the checkout this script lives in
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import ROOT, command_line, write_json
 from chargen import load_corpus, train
 from chargen.config import TrainConfig
 from chargen.lines import epoch_batches, padded_share
 from chargen.model import ModelConfig
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def speeches(text: str) -> list[str]:
@@ -67,7 +61,7 @@ def one_run(corpus, name: str, factor: int, seed: int, args: argparse.Namespace,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 10, 50, 100])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=256)
@@ -125,7 +119,7 @@ def main() -> None:
         print(f"| {corpus_name} | {kind} | {np.mean([r['padded_share'] for r in group]):.1%} | {speed:,.0f} | "
               f"{ratio:.2f} | {np.mean(bpcs):.4f}{spread} | {np.mean([r['train_seconds'] for r in group]):.0f} |")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        write_json(args.json, rows, indent=1)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,14 @@ Data: the first 1,000,000 characters of corpora/shakespeare.txt, split 90/10 int
 training file and a validation file (``--val-file``). Every chargen run goes through the
 CLI, ``chargen train TRAIN --val-file VAL --max-time B`` plus the configuration's flags;
 its figure is the best whole-text validation loss in its summary. The plain loop is
-benchmarks/plain_loop.py, scored by the same evaluator. Configurations: ``auto`` (no model
+``benchmarks.plain_loop``, scored by the same evaluator. Configurations: ``auto`` (no model
 flags: the size chosen for the budget), ``before`` (see below),
 ``LAYERSxHIDDEN:DROPOUT`` (the sweep; weight decay by the epochs) and ``plain:LAYERSxHIDDEN``.
 ``before`` runs chargen as issue 16 found it: all defaults, from a git worktree of BEFORE_REV.
 
-    python benchmarks/budget.py                                  # the whole grid: hours
-    python benchmarks/budget.py --isa AVX2 --budgets 137 --configs auto before 1x256:0 plain:1x256
-    python benchmarks/budget.py --report                         # the table and plot from what is done
+    python -m benchmarks.budget                                  # the whole grid: hours
+    python -m benchmarks.budget --isa AVX2 --budgets 137 --configs auto before 1x256:0 plain:1x256
+    python -m benchmarks.budget --report                         # the table and plot from what is done
 
 Each run is appended to OUT/results.jsonl as it ends, and a run already there is not run
 again, so the grid can be filled in over several sittings (rows name the CPU, and machines
@@ -21,18 +21,23 @@ are never mixed in a table). Runs are timed: one at a time, on a quiet machine.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from worktree import checkout  # noqa: E402
+from benchmarks.common import (
+    OUT,
+    ROOT,
+    append_jsonl,
+    checkout,
+    child_env,
+    command_line,
+    corpus_split,
+    cpu_name,
+    read_jsonl,
+)
 
 SLICE = 1_000_000
 SWEEP = [f"{size}:{dropout}" for size in ("1x256", "1x512", "2x256", "2x512") for dropout in ("0", "0.1")]
@@ -43,15 +48,9 @@ CONFIGS = ["auto", "before", *SWEEP, "plain:1x256", "plain:1x512"]
 
 
 def prepare(out: Path) -> tuple[Path, Path]:
-    data = out / "data"
-    train, val = data / "train.txt", data / "val.txt"
-    if not train.exists():
-        data.mkdir(parents=True, exist_ok=True)
-        text = (ROOT / "corpora" / "shakespeare.txt").read_text(encoding="utf-8")[:SLICE]
-        cut = int(len(text) * 0.9)
-        train.write_text(text[:cut], encoding="utf-8")
-        val.write_text(text[cut:], encoding="utf-8")
-    return train, val
+    """OUT/data/train.txt and val.txt: the first SLICE characters of Shakespeare, split 90/10."""
+    shakespeare = ROOT / "corpora" / "shakespeare.txt"
+    return corpus_split(out / "data", lambda: shakespeare.read_text(encoding="utf-8")[:SLICE])
 
 
 def before_tree(out: Path) -> Path:
@@ -62,7 +61,7 @@ def before_tree(out: Path) -> Path:
 def command(config: str, train: Path, val: Path, budget: float, run: Path) -> list[str]:
     if config.startswith("plain:"):
         layers, hidden = config.removeprefix("plain:").split("x")
-        return [sys.executable, str(ROOT / "benchmarks" / "plain_loop.py"), str(train), str(val), "--hidden", hidden,
+        return [sys.executable, "-m", "benchmarks.plain_loop", str(train), str(val), "--hidden", hidden,
                 "--layers", layers, "--max-time", str(budget), "--json", str(run / "plain.json")]
     flags = []
     if config not in ("auto", "before"):
@@ -77,12 +76,9 @@ def run_one(config: str, isa: str, budget: float, out: Path, train: Path, val: P
     run = out / "runs" / f"{isa}-{budget:g}-{config.replace(':', '_')}"
     run.mkdir(parents=True, exist_ok=True)
     code = before_tree(out) if config == "before" else ROOT  # (python -m puts the working folder first)
-    env = os.environ | {"PYTHONPATH": str(code)}
-    env.pop("ONEDNN_MAX_CPU_ISA", None)
-    if isa != "native":
-        env["ONEDNN_MAX_CPU_ISA"] = isa
     start = time.perf_counter()
-    done = subprocess.run(command(config, train, val, budget, run), env=env, cwd=code, capture_output=True, text=True)
+    done = subprocess.run(command(config, train, val, budget, run), env=child_env(code, isa), cwd=code,
+                          capture_output=True, text=True)
     wall = time.perf_counter() - start
     (run / "log.txt").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
@@ -99,18 +95,6 @@ def run_one(config: str, isa: str, budget: float, out: Path, train: Path, val: P
                   "model": f"{model['layers']}x{model['hidden']}, dropout {model['dropout']}, "
                            f"weight decay {saved['train']['weight_decay']}",
                   "precision": saved.get("precision_used")}
-
-
-def cpu_name() -> str:
-    """The CPU's model name: a grid filled over several sittings must not mix machines."""
-    from throughput import cpu_model
-
-    return cpu_model()
-
-
-def load_results(out: Path) -> list[dict]:
-    path = out / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def machine(row: dict) -> str:
@@ -164,9 +148,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "budget")
+    parser = command_line(__doc__, __spec__.name)
+    parser.add_argument("--out", type=Path, default=OUT / "budget")
     parser.add_argument("--budgets", type=float, nargs="+", default=[137, 411])
     parser.add_argument("--isa", nargs="+", default=["native", "AVX2"],
                         help="native, or an ONEDNN_MAX_CPU_ISA value such as AVX2 (default: both)")
@@ -177,7 +160,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out = args.out.resolve()  # (runs start in other folders)
     train, val = prepare(args.out)
-    done = {(r["config"], r["isa"], r["budget"], r.get("cpu")) for r in load_results(args.out)}
+    done = {(r["config"], r["isa"], r["budget"], r.get("cpu")) for r in read_jsonl(args.out / "results.jsonl")}
     if not args.report:
         for isa in args.isa:
             for budget in args.budgets:
@@ -186,9 +169,8 @@ def main() -> None:
                         continue
                     print(f"{isa} {budget:g} s {config} ...", file=sys.stderr, flush=True)
                     row = run_one(config, isa, budget, args.out, train, val)
-                    with open(args.out / "results.jsonl", "a") as f:
-                        f.write(json.dumps(row) + "\n")
-    rows = load_results(args.out)
+                    append_jsonl(args.out / "results.jsonl", row)
+    rows = read_jsonl(args.out / "results.jsonl")
     print(report(rows))
     if args.plot and rows:
         plot(rows, args.plot)

@@ -9,9 +9,9 @@ validation streams by position since their zero start: the first 128 characters,
 does; in training, a stream's state is zero only at the start of an epoch. If the bump is
 the model forgetting how to start from zero, it is in the first columns only.
 
-    python benchmarks/bump.py                       # the curve, as in the Quality runs
-    python benchmarks/bump.py --reset-every 1000    # with a stream's state reset now and then
-    python benchmarks/bump.py --forget-bias-1       # as chargen started the model before issue 16
+    python -m benchmarks.bump                       # the curve, as in the Quality runs (minutes on 2 cores)
+    python -m benchmarks.bump --reset-every 1000    # with a stream's state reset now and then
+    python -m benchmarks.bump --forget-bias-1       # as chargen started the model before issue 16
 
 ``--reset-every N`` zeroes, at each step, the state of each stream with probability
 bptt / N: on average every N characters, so the model keeps meeting zero-state starts.
@@ -19,21 +19,16 @@ bptt / N: on average every N characters, so the model keeps meeting zero-state s
 
 from __future__ import annotations
 
-import argparse
-import sys
 import threading
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from chargen import ModelConfig, TrainConfig, load_corpus  # noqa: E402
-from chargen.prepare import prepare_run  # noqa: E402
-from chargen.train import Trainer  # noqa: E402
+from benchmarks.common import OUT, ROOT, command_line
+from chargen import ModelConfig, TrainConfig, load_corpus
+from chargen.prepare import prepare_run
+from chargen.train import Trainer
 
 BUCKETS = ((0, 128), (128, 1024), (1024, None))
 
@@ -55,7 +50,7 @@ def loss_by_position(model: torch.nn.Module, streams, bptt: int = 256) -> list[f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--steps", type=int, default=3290, help="the plan (the schedule's length)")
     parser.add_argument("--until", type=int, default=1400, help="stop after this many steps")
     parser.add_argument("--every", type=int, default=50)
@@ -63,7 +58,7 @@ def main() -> None:
     parser.add_argument("--forget-bias-1", action="store_true",
                         help="start with a forget-gate bias of 1, as chargen did before issue 16")
     parser.add_argument("--precision", default="auto")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "bump")
+    parser.add_argument("--out", type=Path, default=OUT / "bump")
     args = parser.parse_args()
 
     corpus = load_corpus(ROOT / "corpora" / "shakespeare.txt")
@@ -88,7 +83,7 @@ def main() -> None:
     if args.reset_every:
         reset_now_and_then(trainer, config.bptt / args.reset_every)
     if args.forget_bias_1:
-        from recipe import with_forget_bias
+        from benchmarks.recipe import with_forget_bias
 
         with_forget_bias(trainer.run.model)
     print(f"precision {trainer.run.autocast_dtype or 'fp32'}; state reset every {args.reset_every or 'epoch only'}; "

@@ -12,14 +12,11 @@ and at the end that the final weights equal the reference's bit for bit. Kills t
 during a checkpoint write leave a partial temp file beside the checkpoint; those are
 counted (and removed by the resume).
 
-    python benchmarks/crash_safety.py --kills 20        # ~2.5 min on 2 cores
+    python -m benchmarks.crash_safety --kills 20        # ~2.5 min on 2 cores
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
 import signal
 import subprocess
@@ -28,11 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from chargen import ChargenError, checkpoint  # noqa: E402
-from chargen.storage import load_tensors  # noqa: E402
+from benchmarks.common import ROOT, child_env, command_line, read_jsonl
+from chargen import ChargenError, checkpoint
+from chargen.storage import load_tensors
 
 FLAGS = ["--hidden", "64", "--embedding", "16", "--batch-size", "8", "--bptt", "32", "--steps", "12000",
          "--eval-every", "10", "--val-fraction", "0.005", "--log-every", "5", "--precision", "fp32",
@@ -42,7 +37,7 @@ FLAGS = ["--hidden", "64", "--embedding", "16", "--batch-size", "8", "--bptt", "
 def train(text: Path, run: Path, flags: list[str], resume: bool) -> subprocess.Popen:
     command = [sys.executable, "-m", "chargen", "train", str(text), "--out", str(run), *flags]
     command.append("--resume" if resume else "--force")
-    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = child_env(OMP_NUM_THREADS="1")
     # The log goes to a file: a pipe nobody reads until the end fills up and stalls the run.
     with open(log_path(run), "a") as log:
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
@@ -57,11 +52,7 @@ def log_tail(run: Path) -> str:
 
 
 def last_logged_step(run: Path) -> int:
-    path = run / checkpoint.METRICS
-    if not path.exists():
-        return 0
-    steps = [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
-    return max(steps, default=0)
+    return max((event["step"] for event in read_jsonl(run / checkpoint.METRICS)), default=0)
 
 
 def checkpoint_files_load(run: Path) -> tuple[bool, int | None]:
@@ -120,7 +111,7 @@ def kill_and_resume(text: Path, work: Path, kills: int, seed: int, flags: list[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill times")
     args = parser.parse_args()

@@ -6,13 +6,12 @@ default, and half of the streams, or in lines mode every other item of each batc
 the validation bpc of each and their ratio, and the training chars/s of each and their
 ratio: Shakespeare in stream mode, the names list in lines mode.
 
-    python benchmarks/distributed.py                 # ~4 min on 2 cores
-    python benchmarks/distributed.py --modes lines
+    python -m benchmarks.distributed                 # ~4 min on 2 cores
+    python -m benchmarks.distributed --modes lines
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -20,14 +19,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT, child_env, command_line, read_jsonl
 
 
 def run(command: list[str], out: Path, env: dict) -> dict:
     subprocess.run(command, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     summary = json.loads((out / "config.json").read_text())["summary"]
-    last_val = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    last_val = [e for e in last_val if e["event"] == "val"][-1]
+    last_val = [e for e in read_jsonl(out / "metrics.jsonl") if e["event"] == "val"][-1]
     return {"val_bpc": last_val["val_bpc"], "chars_per_s": summary["chars_seen"] / summary["train_seconds"],
             "seconds": summary["train_seconds"]}
 
@@ -39,12 +37,12 @@ CASES = {  # mode: (text, epochs)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--modes", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=64, help="the global batch (default 64)")
     args = parser.parse_args()
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    env = child_env()
     print(f"1x{args.hidden} LSTM, global batch {args.batch_size}, fp32, {os.cpu_count()} cores\n")
     print("| text | run | val bpc | train chars/s | train time (s) |")
     print("| --- | --- | ---: | ---: | ---: |")

@@ -3,21 +3,20 @@
 steps, scored on documents neither saw, at their starts and in all.
 
 Documents: ~4,000-character pieces (cut at blank lines) of two authors, Shakespeare
-(corpora/shakespeare.txt) and Milton (the text of benchmarks/finetune.py: run that first,
-or give its Brotli archive), shuffled together. 64 go to a training folder, 16 are held out.
-``folder``: ``chargen train FOLDER`` (each file a document, ended by a break). ``joined``:
-the same files concatenated into one file, ``chargen train FILE``. Both with the same flags
-(1x256, fixed steps, fp32). Each model then reads the held-out documents one after the
-other, its state carried (the folder's model with a break after each, as it trained), and
-the loss is averaged over the first 100 and 400 characters of every document and over all.
+(corpora/shakespeare.txt) and Milton (the text of ``python -m benchmarks.finetune``: run
+that first, or give its Brotli archive), shuffled together. 64 go to a training folder,
+16 are held out. ``folder``: ``chargen train FOLDER`` (each file a document, ended by a
+break). ``joined``: the same files concatenated into one file, ``chargen train FILE``.
+Both with the same flags (1x256, fixed steps, fp32). Each model then reads the held-out
+documents one after the other, its state carried (the folder's model with a break after
+each, as it trained), and the loss is averaged over the first 100 and 400 characters of
+every document and over all.
 
-    python benchmarks/documents.py          # ~4 minutes on 2 cores
+    python -m benchmarks.documents          # ~4 minutes on 2 cores
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,12 +26,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import chargen  # noqa: E402
-from chargen.corpus import DOCUMENT_END  # noqa: E402
+import chargen
+from benchmarks.common import OUT, ROOT, child_env, command_line
+from chargen.corpus import DOCUMENT_END
 
 DOC_CHARS = 4000
 
@@ -81,17 +77,18 @@ def position_losses(run: Path, docs: list[str], breaks: bool) -> dict[str, float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--milton", type=Path, default=ROOT / "benchmarks" / "out" / "finetune" / "data" / "train.txt",
-                        help="the Milton text (benchmarks/finetune.py makes it)")
+    parser = command_line(__doc__, __spec__.name)
+    parser.add_argument("--milton", type=Path, default=OUT / "finetune" / "data" / "train.txt",
+                        help="the Milton text (python -m benchmarks.finetune makes it)")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
     if not args.milton.is_file():
-        raise SystemExit(f"{args.milton} is missing: run benchmarks/finetune.py first (it builds the Milton text)")
+        raise SystemExit(f"{args.milton} is missing: run python -m benchmarks.finetune first (it builds the Milton "
+                         "text)")
     flags = ["--hidden", "256", "--steps", str(args.steps), "--eval-every", "100000", "--precision", "fp32",
              "--device", "cpu", "--mode", "stream", "--quiet", "--force"]
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    env = child_env()
     print("| seed | corpus | first 100 chars | first 400 chars | all |\n| ---: | --- | ---: | ---: | ---: |")
     for seed in args.seeds:
         train_docs, held = documents(args.milton, seed)

@@ -1,21 +1,18 @@
 """Bulk encoding speed: chargen's numpy lookup table against Hugging Face ``tokenizers``
 on the same text, and a check that both give the same ids.
 
-    python benchmarks/encode_speed.py [TEXT_FILE]   (default: corpora/shakespeare.txt)
+    python -m benchmarks.encode_speed [TEXT_FILE]   # default corpora/shakespeare.txt; a few seconds
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from tokenizers import Tokenizer
 
+from benchmarks.common import ROOT, command_line
 from chargen.textfile import read_text
 from chargen.tokenizer import CharTokenizer
 
@@ -30,7 +27,10 @@ def best_seconds(fn, repeats: int = 3) -> float:
 
 
 def main() -> None:
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else "corpora/shakespeare.txt")
+    parser = command_line(__doc__, __spec__.name)
+    parser.add_argument("text", type=Path, nargs="?", default=ROOT / "corpora" / "shakespeare.txt",
+                        help="the text to encode (default corpora/shakespeare.txt)")
+    path = parser.parse_args().text
     text = read_text(path)
     mb = len(text.encode("utf-8")) / 1e6
     tok = CharTokenizer.from_text(text)

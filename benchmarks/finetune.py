@@ -12,8 +12,8 @@ trailing spaces trimmed, runs of blank lines made one, LF line endings. Split 90
 training file and a validation file (``--val-file``), the same for every run.
 
     pip download Brotli==1.1.0 --no-deps --no-binary Brotli -d benchmarks/out/finetune
-    python benchmarks/finetune.py                     # natively and under the AVX2 cap: ~7 min
-    python benchmarks/finetune.py --report            # the table from what is done
+    python -m benchmarks.finetune                     # natively and under the AVX2 cap: ~7 min
+    python -m benchmarks.finetune --report            # the table from what is done
 
 Each run is ``chargen train TRAIN --val-file VAL --max-time 60`` plus its flags; its figure
 is the best validation loss in its summary. Runs are timed: one at a time, on a quiet machine.
@@ -21,10 +21,8 @@ is the best validation loss in its summary. Runs are timed: one at a time, on a 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,10 +30,7 @@ import tarfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from budget import cpu_name, load_results  # noqa: E402
+from benchmarks.common import OUT, ROOT, append_jsonl, child_env, command_line, corpus_split, cpu_name, read_jsonl
 
 SDIST = "Brotli-1.1.0.tar.gz"
 SDIST_SHA256 = "81de08ac11bcb85841e440c13611c00b67d3bf82698314928d0b676362546724"
@@ -58,10 +53,12 @@ def milton(raw: str) -> str:
 
 
 def prepare(out: Path, sdist: Path) -> tuple[Path, Path]:
-    data = out / "data"
-    train, val = data / "train.txt", data / "val.txt"
-    if train.exists():
-        return train, val
+    """OUT/data/train.txt and val.txt: the text split 90/10 at a line break (made once)."""
+    return corpus_split(out / "data", lambda: milton_text(sdist), at_line=True)
+
+
+def milton_text(sdist: Path) -> str:
+    """Books I-V, whole, from the pinned source archive (checked against its SHA-256)."""
     if not sdist.is_file():
         raise SystemExit(f"{sdist} is missing; fetch it with:\n"
                          f"  pip download Brotli==1.1.0 --no-deps --no-binary Brotli -d {sdist.parent}")
@@ -70,24 +67,15 @@ def prepare(out: Path, sdist: Path) -> tuple[Path, Path]:
     with tarfile.open(sdist) as archive:
         raw = archive.extractfile(MEMBER).read().decode("ascii")
     poem = milton(raw)
-    text = poem[: poem.rfind("\n\nBook ", 0, CHARS) + 1]  # (whole books)
-    cut = text.rfind("\n", 0, int(len(text) * 0.9)) + 1
-    data.mkdir(parents=True, exist_ok=True)
-    train.write_text(text[:cut], encoding="utf-8")
-    val.write_text(text[cut:], encoding="utf-8")
-    return train, val
+    return poem[: poem.rfind("\n\nBook ", 0, CHARS) + 1]  # (whole books)
 
 
 def run_one(config: str, isa: str, budget: float, out: Path, train: Path, val: Path) -> dict:
     run = out / "runs" / f"{isa}-{config.replace(' ', '_').replace(',', '')}"
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
-    env.pop("ONEDNN_MAX_CPU_ISA", None)
-    if isa != "native":
-        env["ONEDNN_MAX_CPU_ISA"] = isa
     cmd = [sys.executable, "-m", "chargen", "train", str(train), "--val-file", str(val), "--out", str(run),
            "--max-time", str(budget), "--mode", "stream", "--force", "--quiet", *CONFIGS[config]]
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=child_env(ROOT, isa), cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{config} ({isa}) failed:\n{(done.stderr or done.stdout)[-2000:]}")
@@ -117,9 +105,8 @@ def report(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "finetune")
+    parser = command_line(__doc__, __spec__.name)
+    parser.add_argument("--out", type=Path, default=OUT / "finetune")
     parser.add_argument("--sdist", type=Path, help=f"the Brotli source archive (default OUT/{SDIST})")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds each run trains (default 60)")
     parser.add_argument("--isa", nargs="+", default=["native", "AVX2"],
@@ -134,9 +121,8 @@ def main() -> None:
             for config in args.configs:
                 print(f"{isa}: {config} ...", file=sys.stderr, flush=True)
                 row = run_one(config, isa, args.budget, args.out, train, val)
-                with open(args.out / "results.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
-    print(report(load_results(args.out)))
+                append_jsonl(args.out / "results.jsonl", row)
+    print(report(read_jsonl(args.out / "results.jsonl")))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """The GPU proof: every GPU path of chargen checked and measured by one command.
 
-    python benchmarks/gpu_check.py OUT                    # on a CUDA machine: under 8 minutes on one H200
-    python benchmarks/gpu_check.py OUT --dry-run          # the same code paths on the CPU, tiny sizes, seconds
-    python benchmarks/gpu_check.py OUT --parts speed legw # some parts again
+    python -m benchmarks.gpu_check OUT                    # on a CUDA machine: under 8 minutes on one H200
+    python -m benchmarks.gpu_check OUT --dry-run          # the same code paths on the CPU, tiny sizes, seconds
+    python -m benchmarks.gpu_check OUT --parts speed legw # some parts again
+
+(``python benchmarks/gpu_check.py OUT`` works too: it starts itself again as the module.)
 
 Four parts, in this order, each written to OUT/gpu_check.json and OUT/gpu_check.md as soon
 as it ends (a run cut short keeps what it measured; a part that crashes is recorded as a
@@ -16,7 +18,7 @@ failed check and the others still run):
 2. speed: training chars/s of 1x256, 1x1024 and 3x1024 at batch 64, 256 and 1024, bptt
    128, in fp32 and bf16, against the same run's GEMM of that precision, with the GPU's
    busy share; the slow recipe (batch 1, one step per update) beside them; sampling with
-   1, 64 and 1024 samples (benchmarks/throughput.py measures each row).
+   1, 64 and 1024 samples (``benchmarks.throughput`` measures each row).
 3. legw: the base batch 32 against LEGW at 512 over equal epochs, on the largest model the
    time allows: final bits/char, and the training time each takes to reach the base's.
 4. quality: the best model this check trains on Shakespeare in 3 minutes: its validation
@@ -29,6 +31,16 @@ recorded as skipped, with chargen's own reason.
 from __future__ import annotations
 
 import os
+import sys
+
+if __name__ == "__main__" and not __package__:
+    # Run as a file (``python benchmarks/gpu_check.py OUT``): start again as the module, with the
+    # root on the new process's path through its environment (this process's sys.path is left
+    # alone). The working folder stays, so a relative OUT or --text means the same folder.
+    _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _path = os.pathsep.join(p for p in (_root, os.environ.get("PYTHONPATH")) if p)
+    os.execve(sys.executable, [sys.executable, "-m", "benchmarks.gpu_check", *sys.argv[1:]],
+              os.environ | {"PYTHONPATH": _path})
 
 # Deterministic cuBLAS for the exact-resume check; read when CUDA starts, so set first.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -38,7 +50,6 @@ import contextlib
 import json
 import math
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,18 +61,15 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-
-import throughput  # noqa: E402
-
-import chargen  # noqa: E402
-from chargen import ChargenError, ModelConfig, TrainConfig, load_corpus, train  # noqa: E402
-from chargen.device import autocast_problem  # noqa: E402
-from chargen.evaluate import bpc  # noqa: E402
-from chargen.export import export_model  # noqa: E402
-from chargen.sample import Sampler  # noqa: E402
-from chargen.serving import Service  # noqa: E402
+import chargen
+from benchmarks import throughput
+from benchmarks.common import ROOT, child_env, command_line, write_json
+from chargen import ChargenError, ModelConfig, TrainConfig, load_corpus, train
+from chargen.device import autocast_problem
+from chargen.evaluate import bpc
+from chargen.export import export_model
+from chargen.sample import Sampler
+from chargen.serving import Service
 
 PARTS = ("correctness", "speed", "legw", "quality")
 
@@ -136,8 +144,7 @@ class Report:
     def write(self) -> None:
         data = {"dry_run": self.dry_run, "env": self.env, "seconds": round(time.perf_counter() - self.started, 1),
                 "checks": [asdict(c) for c in self.checks], **self.results, "targets": targets(self.results)}
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "gpu_check.json").write_text(json.dumps(data, indent=2) + "\n")
+        write_json(self.out / "gpu_check.json", data)
         try:
             text = markdown(data)
         except Exception as e:  # the JSON above holds the figures; a report bug must not lose them
@@ -277,7 +284,7 @@ def app_serves(run_dir: Path, sizes: Sizes, work: Path) -> tuple[bool, str]:
 def torchrun(text: Path, sizes: Sizes, work: Path, processes: int, backend: str | None) -> tuple[bool, str]:
     """``chargen train`` under torchrun; 2 processes on one GPU share it over gloo."""
     out = work / f"torchrun-{processes}"
-    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = child_env(OMP_NUM_THREADS="1")
     env.pop("CHARGEN_DIST_BACKEND", None)
     if backend:
         env["CHARGEN_DIST_BACKEND"] = backend
@@ -314,7 +321,7 @@ def correctness(report: Report, corpus, text: Path, sizes: Sizes, work: Path) ->
 
 # --- speed -------------------------------------------------------------------------------
 def speed(report: Report, sizes: Sizes) -> None:
-    """throughput.py's rows. On CUDA, fp32 means TF32 tensor cores, in the GEMM reference
+    """``benchmarks.throughput``'s rows. On CUDA, fp32 means TF32 tensor cores, in the GEMM reference
     too: chargen's trainer turns them on, so its fp32 is measured as it trains."""
     device = torch.device(sizes.device)
     if device.type == "cuda":
@@ -444,8 +451,7 @@ def cut_text(source: Path, chars: int | None, work: Path) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("out", type=Path, help="folder for gpu_check.json and gpu_check.md")
     parser.add_argument("--dry-run", action="store_true", help="the same code paths on the CPU with tiny sizes")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which parts (default all)")

@@ -6,27 +6,26 @@ synthetic text of the configuration's vocabulary; the process's peak resident me
 the estimate for the CPU. The estimate should be at or above the measurement (a refusal
 errs on the safe side) and not far above it (it must not refuse what fits).
 
-    python benchmarks/memory_estimate.py [--json PATH]
+    python -m benchmarks.memory_estimate [--json PATH]      # a few minutes on 2 cores
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT, command_line, write_json
+
 # (layers, hidden, batch, bptt, vocabulary)
 CONFIGS = [(1, 512, 32, 128, 75), (2, 1024, 64, 128, 75), (1, 256, 256, 256, 75), (1, 512, 32, 128, 3000),
            (1, 2048, 16, 64, 75), (3, 128, 128, 512, 200)]
 
 CHILD = r"""
-import json, sys
+import json
 import numpy as np
-sys.path.insert(0, {root!r})
 import chargen
 from chargen import memory
 
@@ -55,13 +54,15 @@ print(json.dumps({{"config": [layers, hidden, batch, bptt, vocab], "parameters":
 
 def measure(config: tuple[int, ...]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        code = CHILD.format(root=str(ROOT), config=config, text=f"{tmp}/text.txt", run=f"{tmp}/run")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        code = CHILD.format(config=config, text=f"{tmp}/text.txt", run=f"{tmp}/run")
+        # (run in the root: ``python -c`` puts the working folder first on the path, so this tree's chargen)
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     rows = []
@@ -75,7 +76,7 @@ def main() -> None:
               f"{row['measured'] / 2**20:,.0f} | {row['estimate'] / 2**20:,.0f} | "
               f"{row['estimate'] / row['measured']:.2f} |", flush=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        write_json(args.json, rows)
 
 
 if __name__ == "__main__":

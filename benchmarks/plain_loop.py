@@ -1,4 +1,4 @@
-"""A plain PyTorch char-LSTM loop: the baseline of benchmarks/budget.py.
+"""A plain PyTorch char-LSTM loop: the baseline of ``python -m benchmarks.budget``.
 
 The recipe a careful user would write in about 60 lines, as issue 16 describes it: the text
 as 32 contiguous streams, chunks of 128, the LSTM state carried (detached) between chunks,
@@ -7,15 +7,13 @@ time budget down to a tenth, fp32. Nothing of chargen runs in the loop; chargen'
 scores the result on the validation file (whole text, state carried), so its figure is the
 same measure as a chargen run's.
 
-    python benchmarks/plain_loop.py TRAIN.txt VAL.txt --hidden 256 --max-time 137 [--json OUT]
+    python -m benchmarks.plain_loop TRAIN.txt VAL.txt --hidden 256 --max-time 137 [--json OUT]  # the budget + scoring
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -24,8 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import command_line, write_json
 from chargen.corpus import eval_streams
 from chargen.evaluate import evaluate_streams
 
@@ -69,7 +66,7 @@ def train(train_ids: np.ndarray, vocab: int, hidden: int, layers: int, seconds: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("train_file", type=Path)
     parser.add_argument("val_file", type=Path)
     parser.add_argument("--hidden", type=int, default=256)
@@ -90,7 +87,7 @@ def main() -> None:
               "chars_per_s": round(steps * 32 * 128 / seconds)}
     print(json.dumps(result))
     if args.json:
-        args.json.write_text(json.dumps(result) + "\n")
+        write_json(args.json, result, indent=None)
 
 
 if __name__ == "__main__":

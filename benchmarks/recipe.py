@@ -2,38 +2,33 @@
 (so the figures do not depend on the machine's speed): issue 16's "recipe gap".
 
 Every row trains 1x256 (embedding 64, dropout 0) in fp32 on the 1 MB slice of
-benchmarks/budget.py (32 streams x 128), for ``--steps`` updates, and is scored on the whole
+``benchmarks.budget`` (32 streams x 128), for ``--steps`` updates, and is scored on the whole
 validation file by chargen's evaluator:
 
-- ``plain``: benchmarks/plain_loop.py (Adam 2e-3, cosine to a tenth, PyTorch's init);
+- ``plain``: ``benchmarks.plain_loop`` (Adam 2e-3, cosine to a tenth, PyTorch's init);
 - ``chargen, plain's lr``: chargen's loop with lr 2e-3, no warmup, no weight decay;
 - ``chargen``: chargen's loop with its own schedule (3e-3, 100 warmup steps, weight decay 0.01);
 - each chargen row again ``+ forget bias 1``: the forget-gate bias set to 1 at the start
   (Jozefowicz et al. 2015), as chargen did before issue 16;
 - ``+ beta2 0.999``: Adam's usual beta2 in place of chargen's 0.99.
 
-    python benchmarks/recipe.py --steps 600 2400
+    python -m benchmarks.recipe --steps 600 2400      # minutes per row on 2 cores
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from budget import prepare  # noqa: E402
-
-from chargen import ModelConfig, TrainConfig, load_corpus, train  # noqa: E402
-from chargen.corpus import eval_streams  # noqa: E402
-from chargen.evaluate import evaluate_streams  # noqa: E402
-from chargen.model import CharLSTM  # noqa: E402
+from benchmarks import plain_loop
+from benchmarks.budget import prepare
+from benchmarks.common import OUT, command_line
+from chargen import ModelConfig, TrainConfig, load_corpus, train
+from chargen.corpus import eval_streams
+from chargen.evaluate import evaluate_streams
+from chargen.model import CharLSTM
 
 VARIANTS = ("plain", "chargen, plain's lr", "chargen, plain's lr + forget bias 1", "chargen, plain's lr + beta2 0.999",
             "chargen", "chargen + forget bias 1")
@@ -72,8 +67,6 @@ def run_chargen(variant: str, steps: int, train_file: Path, val_file: Path, out:
 
 
 def run_plain(steps: int, train_file: Path, val_file: Path) -> float:
-    import plain_loop
-
     train_text, val_text = (p.read_text(encoding="utf-8") for p in (train_file, val_file))
     chars = sorted(set(train_text) | set(val_text))
     index = {c: i for i, c in enumerate(chars)}
@@ -83,12 +76,12 @@ def run_plain(steps: int, train_file: Path, val_file: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--steps", type=int, nargs="+", default=[600])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "recipe")
+    parser.add_argument("--out", type=Path, default=OUT / "recipe")
     args = parser.parse_args()
-    train_file, val_file = prepare(ROOT / "benchmarks" / "out" / "budget")
+    train_file, val_file = prepare(OUT / "budget")
     print("| variant | " + " | ".join(f"{s:,} steps" for s in args.steps) + " |")
     print("| --- | " + " | ".join("---:" for _ in args.steps) + " |")
     for variant in args.variants:

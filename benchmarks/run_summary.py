@@ -2,16 +2,17 @@
 best validation loss, as a Markdown table (what the README records for the quality target);
 with ``--plot``, the training and validation curves as a PNG.
 
-    python benchmarks/run_summary.py RUN_DIR
-    python benchmarks/run_summary.py RUN_DIR --plot curve.png
+    python -m benchmarks.run_summary RUN_DIR                  # a second
+    python -m benchmarks.run_summary RUN_DIR --plot curve.png
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
+
+from benchmarks.common import command_line, read_jsonl
 
 
 def plot(events: list[dict], title: str, path: Path) -> None:
@@ -20,8 +21,8 @@ def plot(events: list[dict], title: str, path: Path) -> None:
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("run_summary.py: error: --plot needs matplotlib: pip install matplotlib (or drop --plot)") \
-            from None
+        raise SystemExit("python -m benchmarks.run_summary: error: --plot needs matplotlib: pip install matplotlib "
+                         "(or drop --plot)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -41,12 +42,12 @@ def plot(events: list[dict], title: str, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the curves here")
     args = parser.parse_args()
     run_dir = args.run_dir
-    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    events = read_jsonl(run_dir / "metrics.jsonl")
     config = json.loads((run_dir / "config.json").read_text())
     train_events = [e for e in events if e["event"] == "train"]
     print(f"run: {run_dir}  model: {config['model']}  parameters: {config['parameters']:,}")

@@ -20,11 +20,11 @@ What one run measures, on the CPU and (when present) on CUDA:
 
 Run it from the repository root, on a quiet machine:
 
-    python benchmarks/throughput.py                      # the full grid, a few minutes
-    python benchmarks/throughput.py --json bench.json    # also the raw results as JSON
-    python benchmarks/throughput.py --quick              # a smoke test, small grid
-    python benchmarks/throughput.py --device cpu --threads 8 --models 1x512 --batch 256 --bptt 128
-    python benchmarks/throughput.py --device cuda --models 1x256 3x1024 --batch 64 1024 --precision fp32 bf16
+    python -m benchmarks.throughput                      # the full grid, a few minutes
+    python -m benchmarks.throughput --json bench.json    # also the raw results as JSON
+    python -m benchmarks.throughput --quick              # a smoke test, small grid
+    python -m benchmarks.throughput --device cpu --threads 8 --models 1x512 --batch 256 --bptt 128
+    python -m benchmarks.throughput --device cuda --models 1x256 3x1024 --batch 64 1024 --precision fp32 bf16
 
 The token ids are random: throughput does not depend on the text, and a fixed vocabulary
 of 100 keeps the FLOP count the same on every machine (a real corpus would change it).
@@ -33,7 +33,6 @@ of 100 keeps the FLOP count the same on every machine (a real corpus would chang
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -50,11 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-try:
-    import chargen  # noqa: F401
-except ImportError:  # not installed: fall back to the checkout this script lives in
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import command_line, cpu_flags, cpu_name, write_json
 from chargen.config import TrainConfig
 from chargen.corpus import Streams, batchify
 from chargen.device import autocast_problem
@@ -330,16 +325,6 @@ def top_ops(device: torch.device, hidden: int, layers: int, batch: int, bptt: in
 
 
 # --- reporting -----------------------------------------------------------------------------
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def load_average() -> float | None:
     try:
         return os.getloadavg()[0]
@@ -349,8 +334,8 @@ def load_average() -> float | None:
 
 def environment(devices: list[torch.device]) -> dict:
     env = {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
-           "cpu": cpu_model(), "cpu_cores": os.cpu_count(), "load_average_1min": load_average(),
-           "mkldnn": torch.backends.mkldnn.is_available(),
+           "cpu": cpu_name(), "cpu_flags": " ".join(cpu_flags()), "cpu_cores": os.cpu_count(),
+           "load_average_1min": load_average(), "mkldnn": torch.backends.mkldnn.is_available(),
            "float32_matmul_precision": torch.get_float32_matmul_precision()}
     if any(d.type == "cuda" for d in devices):
         # cuDNN's LSTM may use TF32 while the reference GEMM (matmul precision "highest") does
@@ -414,8 +399,7 @@ def report(results: dict) -> str:
 
 # --- command line --------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--quick", action="store_true",
                         help="tiny repetition counts and a small grid: a smoke test, not a measurement")
     parser.add_argument("--models", nargs="+", metavar="LAYERSxHIDDEN",
@@ -485,8 +469,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(report(results))
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 as a user runs it (set-up, the loop, logging, validation and checkpoints), the two
 alternated round by round so that a machine that slows down slows both.
 
-    python benchmarks/train_ab.py --against eacbb90 --rounds 4
-    ONEDNN_MAX_CPU_ISA=AVX2 python benchmarks/train_ab.py --against eacbb90 --rounds 4
+    python -m benchmarks.train_ab --against eacbb90 --rounds 4      # ~5 min on 2 cores
+    ONEDNN_MAX_CPU_ISA=AVX2 python -m benchmarks.train_ab --against eacbb90 --rounds 4
 
 Each run trains the same fp32 model on the same text for the same steps; its figure is the
 median chars/s of its log lines past the first (metrics.jsonl), and its wall time. The
@@ -13,7 +13,6 @@ result is the median over rounds of this tree's figure over the other's (1.00: t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -23,10 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from worktree import checkout  # noqa: E402
+from benchmarks.common import ROOT, checkout, child_env, command_line, read_jsonl, remove_checkout
 
 
 def one_run(tree: Path, text: Path, out: Path, args: argparse.Namespace) -> tuple[float, float]:
@@ -36,17 +32,16 @@ def one_run(tree: Path, text: Path, out: Path, args: argparse.Namespace) -> tupl
                "--hidden", str(args.hidden), "--layers", "1", "--embedding", "64", "--batch-size", "32",
                "--bptt", "128", "--eval-every", str(args.steps // 2), "--log-every", "10", "--sample-chars", "0",
                "--precision", "fp32", "--device", "cpu", "--quiet", "--seed", "1"]
-    env = os.environ | {"PYTHONPATH": str(tree)}
+    env = child_env(tree)
     start = time.perf_counter()
     subprocess.run(command, check=True, env=env, cwd=tree, capture_output=True)
     wall = time.perf_counter() - start
-    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    speeds = [e["chars_per_s"] for e in events if e["event"] == "train"][1:]
+    speeds = [e["chars_per_s"] for e in read_jsonl(out / "metrics.jsonl") if e["event"] == "train"][1:]
     return statistics.median(speeds), wall
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--against", required=True, help="the earlier revision (a commit)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=200)
@@ -64,8 +59,7 @@ def main() -> None:
                 speed, wall = figures[name][-1]
                 print(f"round {round_ + 1} {name:6s} {speed:9,.0f} chars/s  {wall:6.1f} s", flush=True)
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees["before"])],
-                       capture_output=True)
+        remove_checkout(trees["before"])
         shutil.rmtree(work, ignore_errors=True)
     speed = statistics.median(t[0] / b[0] for t, b in zip(figures["this"], figures["before"], strict=True))
     wall = statistics.median(t[1] / b[1] for t, b in zip(figures["this"], figures["before"], strict=True))

@@ -12,35 +12,28 @@ samplers, in one run:
   page's numbers), for the Shakespeare and names models: how many come out the same, and
   where the others first differ.
 
-    python benchmarks/web.py              # ~4 min on 2 cores; needs chromium and playwright
-    python benchmarks/web.py --against REV  # and the page with REV's chargen.js, alternated
+    python -m benchmarks.web              # ~4 min on 2 cores; needs chromium and playwright
+    python -m benchmarks.web --against REV  # and the page with REV's chargen.js, alternated
 
 It writes benchmarks/out/web/results.json and prints markdown tables.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # (tests/pages.py serves the page)
+import chargen
+from benchmarks import common
+from benchmarks.common import ROOT, command_line, cpu_name, static_server, write_json
+from chargen.export import export_web
+from chargen.portable import PortableModel, PortableSampler
 
-import chargen  # noqa: E402
-from chargen.export import export_web  # noqa: E402
-from chargen.portable import PortableModel, PortableSampler  # noqa: E402
-from pages import static_server  # noqa: E402
-
-OUT = ROOT / "benchmarks" / "out" / "web"
+OUT = common.OUT / "web"
 
 
 def page_run(browser, url: str) -> dict:
@@ -127,7 +120,7 @@ def fp16_differences(model: chargen.TrainedModel, texts: int, length: int) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--rounds", type=int, default=3, help="page loads per row (default 3; the median is shown)")
     parser.add_argument("--length", type=int, default=10_000, help="characters per sample for 1 sample")
     parser.add_argument("--texts", type=int, default=100, help="texts per model for the fp16 comparison")
@@ -153,7 +146,7 @@ def main() -> None:
                               capture_output=True).stdout
         (OUT / "against" / "chargen.js").write_bytes(code)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    results: dict = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+    results: dict = {"machine": cpu_name(), "torch": torch.__version__,
                      "threads": torch.get_num_threads(), "page": {}, "python": {}}
     rows = [("fp32", 1, args.length, "auto"), ("fp32", 8, args.length // 4, "auto"), ("fp16", 1, args.length, "auto"),
             ("fp32", 1, args.length // 5, "js")]
@@ -181,7 +174,7 @@ def main() -> None:
     results["fp16"] = {"shakespeare": fp16_differences(model, args.texts, 500),
                        "names": fp16_differences(chargen.load(ROOT / "models" / "names", device="cpu"),
                                                  args.texts, 100)}
-    (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    write_json(OUT / "results.json", results, indent=1)
     report(results)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,18 +57,22 @@ class TrainedModel:
         seed: int | None = None,
         rng: str = "torch",
     ) -> Iterator[list[str]]:
-        """Yields, for each step, the new character of each of ``num_samples`` samples,
-        all drawn in parallel as one batch. In lines mode ``prime`` starts each item and
-        ``length`` caps it; a sample that has reached its end yields "". ``rng``:
-        ``portable`` draws the text that the page of ``chargen export --web`` draws for
-        the same seed (chargen.portable)."""
+        """Yields the prime of each of ``num_samples`` samples (where there is one), then
+        for each step the new character of each, all drawn in parallel as one batch: a
+        sample is its prime and then ``length`` characters drawn, as the CLI and the app show
+        it. In lines mode ``prime`` starts each item and ``length`` caps what is drawn; a
+        sample that has reached its end yields "". ``rng``: ``portable`` draws the text
+        that the page of ``chargen export --web`` draws for the same seed
+        (chargen.portable). The prime and options are checked now, not at the first step."""
         sampler = self.sampler(prime, num_samples=num_samples, seed=seed, rng=rng)
-        return sampler.pieces(length, temperature, top_k, top_p)
+        steps = sampler.pieces(length, temperature, top_k, top_p)
+        return itertools.chain([[prime] * num_samples], steps) if prime else steps
 
     def sampler(self, prime: str = "", *, num_samples: int = 1, seed: int | None = None, rng: str = "torch"
                 ) -> Sampler | PortableSampler:
         """A ``Sampler`` started from ``prime``: call its ``pieces`` to draw text, and again
-        to continue from where it stopped."""
+        to continue from where it stopped. Its pieces are only what it draws (the prime is
+        not among them), so that Continue adds to a text without repeating it."""
         # An empty prime feeds the run's default (a newline for most texts; in lines mode
         # nothing: items start from <bos>), not shown.
         if rng not in RNGS:
@@ -92,12 +97,12 @@ class TrainedModel:
         return self._portable
 
     def stream(self, prime: str = "", length: int = DEFAULTS.length, **options) -> Iterator[str]:
-        """Yields the continuation of ``prime`` a character at a time (for live display)."""
+        """Yields ``prime`` (where given), then ``length`` characters drawn one at a time (for live display)."""
         return (pieces[0] for pieces in self.stream_batch(prime, length, num_samples=1, **options))
 
     def generate_batch(self, prime: str = "", length: int = DEFAULTS.length, *, num_samples: int = 1,
                        **options) -> list[str]:
-        """``num_samples`` continuations of ``prime`` (the prime itself not included)."""
+        """``num_samples`` samples, each ``prime`` followed by up to ``length`` characters drawn."""
         return collect(self.stream_batch(prime, length, num_samples=num_samples, **options), num_samples)
 
     def is_training_item(self, items: list[str]) -> list[bool]:
@@ -107,7 +112,7 @@ class TrainedModel:
         return known_items(self._item_hashes, items)
 
     def generate(self, prime: str = "", length: int = DEFAULTS.length, **options) -> str:
-        """One continuation of ``prime`` (the prime itself not included)."""
+        """One sample: ``prime`` followed by ``length`` characters drawn (fewer where an item ends)."""
         return self.generate_batch(prime, length, num_samples=1, **options)[0]
 
     def evaluate(self, text: str) -> dict:

@@ -19,8 +19,8 @@ character often enough to memorise it, and dropout only slows its learning; a bi
 a small text for many epochs memorises, and dropout is what keeps its validation loss
 falling. Whoever gives ``--dropout`` or ``--weight-decay`` gets that.
 
-The constants come from benchmarks/budget.py's sweep (benchmarks/README.md, "Time
-budgets"): fixed sizes against each other at equal wall time, natively and as an AVX2-only
+The constants come from the sweep of ``python -m benchmarks.budget`` (benchmarks/README.md,
+"How good at a budget"): fixed sizes against each other at equal wall time, natively and as an AVX2-only
 CPU sees it.
 """
 
@@ -68,7 +68,7 @@ def regularisation(epochs: float, params: int, text_chars: int) -> Regularisatio
 
     What decides is the exposure, epochs x params / text characters: a model starts to
     memorise its text after a number of epochs that grows with the text it has per
-    parameter. In the sweep (benchmarks/README.md, "Time budgets"), without dropout,
+    parameter. In the sweep (benchmarks/README.md, "How good at a budget"), without dropout,
     validation loss turned up after about 7 epochs for 1x512 (1.36 parameters per character
     of the text) and after about 18 for 1x256 (0.39): at an exposure of 7-10 both times.
     Dropout 0.1 lost to none where the planned exposure was 5 or less (by 0.01-0.04 nats) and

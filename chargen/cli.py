@@ -383,7 +383,7 @@ def write_samples(model: TrainedModel, args: argparse.Namespace, out: TextIO) ->
     options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, rng=args.rng)
     if model.kind.items:
         n = args.num_samples or model.kind.default_samples
-        items = [args.prime + text for text in model.generate_batch(args.prime, args.length, num_samples=n, **options)]
+        items = model.generate_batch(args.prime, args.length, num_samples=n, **options)
         if args.new_only:
             seen = model.is_training_item(items)
             items = [item for item, old in zip(items, seen, strict=True) if not old]
@@ -395,7 +395,6 @@ def write_samples(model: TrainedModel, args: argparse.Namespace, out: TextIO) ->
     n = args.num_samples or model.kind.default_samples
     if n == 1:  # stream it as it comes
         pieces = model.stream(args.prime, args.length, **options)  # checks the prime first
-        out.write(args.prime)
         for piece in pieces:
             out.write(piece)
             out.flush()
@@ -403,7 +402,7 @@ def write_samples(model: TrainedModel, args: argparse.Namespace, out: TextIO) ->
         return 0
     texts = model.generate_batch(args.prime, args.length, num_samples=n, **options)
     for i, text in enumerate(texts, 1):
-        out.write(f"--- sample {i} of {len(texts)} ---\n{args.prime}{text}\n")
+        out.write(f"--- sample {i} of {len(texts)} ---\n{text}\n")
     return 0
 
 

@@ -30,7 +30,7 @@ from .tokenizer import EOS_ID, CharTokenizer
 PathLike = str | os.PathLike
 # In stream mode, the end of each file of a corpus of many: a new document follows. Its own
 # token rather than a reset of the state, which would have to fall mid-chunk
-# (benchmarks/README.md, "Many files").
+# (benchmarks/README.md, "Fine-tuning, documents").
 DOCUMENT_END = EOS_ID
 # A folder with more files than this is refused: it is a folder above the texts (a home, /).
 MAX_FOLDER_FILES = 100_000

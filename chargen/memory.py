@@ -14,7 +14,7 @@ The estimate, in fp32 bytes (autocast only shrinks the activations):
 - on a CPU, about 96 MB that training adds for any model (oneDNN, autograd, threads).
 
 The factors were fitted to the peak resident memory of real training runs on a CPU
-(``benchmarks/memory_estimate.py``): the estimate came out between 0.97 and 1.6 times
+(``python -m benchmarks.memory_estimate``): the estimate came out between 0.97 and 1.6 times
 the measurement, over models from 1x256 to 2x1024 and vocabularies up to 3,000.
 """
 

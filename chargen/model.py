@@ -69,7 +69,7 @@ class CharLSTM(nn.Module):
         # One fused nn.LSTM for all layers: cuDNN on a GPU, one MKL-DNN call on a CPU.
         # PyTorch's own initialisation, forget gate included: a forget-gate bias of 1
         # (Jozefowicz et al. 2015) measured 0.06 nats worse at 600 steps and at 2,400
-        # (benchmarks/recipe.py; benchmarks/README.md, "Time budgets").
+        # (python -m benchmarks.recipe; benchmarks/README.md, "Recipe and the bump").
         self.lstm = nn.LSTM(config.embedding, config.hidden, config.layers,
                             dropout=dropout if config.layers > 1 else 0.0)
         self.head = nn.Linear(config.hidden, config.vocab_size)
@@ -166,8 +166,8 @@ class LeanStep:
     That one product takes a layer's new h to all it feeds: the next layer's input (the
     head's logits after the last layer) and the layer's own recurrent part of the next step,
     which the state carries (``LeanState``): at a few rows a product's fixed cost outweighs
-    its arithmetic, and one user's text is a row (benchmarks/README.md, "The web app under
-    load"). A snapshot: build a new one after the weights change."""
+    its arithmetic, and one user's text is a row (benchmarks/README.md, "The web app
+    under load"). A snapshot: build a new one after the weights change."""
 
     @torch.inference_mode()
     def __init__(self, model: CharLSTM) -> None:

@@ -220,7 +220,7 @@ class Sampler(Drawn):
         self.model = model.eval()
         # After the prime, each character is one step. For a few samples a LeanStep draws the
         # same characters at up to 3x the speed of nn.LSTM (per-call overhead dominates);
-        # from about 16 samples nn.LSTM's fused kernel is faster (benchmarks/sampling.py).
+        # from about 16 samples nn.LSTM's fused kernel is faster (python -m benchmarks.sampling).
         # ``lean``: None chooses by that, True or False forces; ``step``: one built before
         # (it holds a copy of the weights).
         if lean is None:

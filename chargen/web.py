@@ -9,7 +9,7 @@ samples the model in the visitor's browser, at no server cost.
 
 The page computes what chargen.portable computes, to the bit: with float32 weights it
 draws the text of ``chargen sample --rng portable`` for the same seed. Float16 weights
-halve the download and change the numbers (benchmarks/web.py measures how often the text).
+halve the download and change the numbers (python -m benchmarks.web measures how often the text).
 """
 
 from __future__ import annotations

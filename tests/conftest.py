@@ -4,15 +4,15 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import benchmarks.common
 from chargen import ModelConfig, TrainConfig
 from chargen.device import autocast_problem
 from chargen.export import export_model
@@ -122,33 +122,22 @@ def interrupt_at(step):
 
 @contextlib.contextmanager
 def start_app(args: list[str], cwd: Path):
-    """``python app.py ARGS`` on a free loopback port; yields its URL once it serves."""
-    app_scripts = load_script("benchmarks/app_latency.py")  # (the benchmark starts the app the same way)
-    port = app_scripts.free_port()
-    env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    env.pop("SPACE_ID", None)
-    log_path = cwd / f"app-{port}.log"
-    with open(log_path, "w") as log:
-        server = subprocess.Popen([sys.executable, str(ROOT / "app.py"), *args, "--port", str(port)],
-                                  cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    """``python app.py ARGS`` on a free loopback port, started as the benchmarks start it;
+    yields its URL and process once it serves."""
+    with tempfile.NamedTemporaryFile("w", dir=cwd, prefix="app-", suffix=".log", delete=False) as log:
+        log_path = Path(log.name)
         try:
-            url = f"http://127.0.0.1:{port}/"
-            deadline = time.time() + 90
-            while not app_scripts.serving(port):
-                if server.poll() is not None or time.time() > deadline:
-                    pytest.fail("the app did not start:\n" + log_path.read_text()[-3000:])
-                time.sleep(0.3)
-            yield url, server
+            app = benchmarks.common.start_app(args, cwd=cwd, log=log, timeout=90)
+        except benchmarks.common.AppDidNotStart as e:
+            pytest.fail(f"{e}:\n" + log_path.read_text()[-3000:])
+        try:
+            yield app.url, app.process
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            benchmarks.common.stop(app.process, timeout=20)
 
 
 def load_script(relative_path: str):
-    """A script of the repository (a benchmark, app.py) imported as a module, by its path."""
+    """A script of the repository (app.py) imported as a module, by its path."""
     import importlib.util
 
     path = ROOT / relative_path

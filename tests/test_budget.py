@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chargen import load_corpus, train
-from chargen.budget import MIN_SAMPLE, ValidationCost, ValidationPlan, plan_validation
+from chargen.budget import MIN_SAMPLE, TimeBudget, ValidationCost, ValidationPlan, plan_validation
 from chargen.config import DEFAULT_EPOCHS, TrainConfig
 from chargen.feeds import StreamFeed
 from chargen.model import CharLSTM
@@ -121,6 +121,20 @@ def test_a_timed_run_without_epochs_is_planned_over_the_whole_budget(tmp_path):
                    tiny_train(steps=None, max_time=4.0, batch_size=2, bptt=8, eval_every=50, sample_chars=0))
     assert result.epoch > DEFAULT_EPOCHS and result.total_steps < TIMED_PLAN
     assert np.isfinite(result.best_val_loss)
+
+
+def test_a_run_out_of_time_before_its_plan_is_fitted_names_no_total(tmp_path):
+    """Stopped by the clock before the first fit, the closing line shows no placeholder plan
+    (it once read "at step 1 of 1,000,000,000,000")."""
+    text = tmp_path / "tiny.txt"
+    text.write_text(make_text(12, seed=5))
+    lines = []
+    result = train(load_corpus(text), tmp_path / "run", tiny_model(hidden=16, layers=1),
+                   tiny_train(steps=None, max_time=0.001, batch_size=2, bptt=8, sample_chars=0), log=lines.append)
+    assert result.stopped == "time" and result.step < TimeBudget.FIRST_FIT
+    closing = next(line for line in lines if line.startswith("stopped (time)"))
+    assert closing.startswith(f"stopped (time) at step {result.step:,}; best val bpc")
+    assert f"{TIMED_PLAN:,}" not in closing
 
 
 

@@ -69,7 +69,7 @@ def test_a_fine_tuned_run_records_its_source_and_learns_faster_than_from_scratch
         finetune.read_source(source).tokenizer.chars) + len(NEW_CHARS)
     model = chargen.load(tmp_path / "tuned", device="cpu")
     assert model.tokenizer.chars[-3:] == sorted(NEW_CHARS)
-    assert len(model.generate("Zhe @", length=20, seed=1)) == 20  # the new characters prime and sample
+    assert len(model.generate("Zhe @", length=20, seed=1)) == len("Zhe @") + 20  # the new characters prime and sample
 
 
 def test_a_different_mode_or_shape_is_refused_in_one_line(source, new_text, tmp_path, capsys):

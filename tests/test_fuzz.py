@@ -11,21 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chargen
+from benchmarks import fuzz
 from chargen import ChargenError
 from chargen.tokenizer import MAX_VOCAB, CharTokenizer
-from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def fuzz_module():
-    return load_script("benchmarks/fuzz.py")
 
 
 def test_hostile_files_train_or_get_a_clear_error(tmp_path):
     """The benchmark's cases (random bytes, broken UTF-8, NULs, one huge line, mixed line
     endings, huge vocabularies, short lists), 150 of them, the same ones on every run."""
-    outcomes = fuzz_module().run_cases(150, tmp_path, seed=0)
+    outcomes = fuzz.run_cases(150, tmp_path, seed=0)
     assert sum(outcomes.values()) >= 100
     assert outcomes["trained"] > 0 and any(k.startswith("refused") for k in outcomes)
 
@@ -40,7 +36,6 @@ def test_tokenizer_round_trips_any_text(text):
 
 
 def test_vocabulary_cap(tmp_path):
-    fuzz = fuzz_module()
     assert CharTokenizer.from_text(fuzz._valid_code_points(MAX_VOCAB - 4)).vocab_size == MAX_VOCAB
     with pytest.raises(ChargenError, match="100,000 distinct characters.*at most 20,000"):
         CharTokenizer.from_text(fuzz._valid_code_points(100_000))

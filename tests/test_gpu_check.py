@@ -1,8 +1,9 @@
-"""The GPU check's dry run: the code paths of benchmarks/gpu_check.py on the CPU, so the
-check is known to work before a GPU machine is at hand."""
+"""The GPU check's dry run: the code paths of ``python -m benchmarks.gpu_check`` on the CPU,
+so the check is known to work before a GPU machine is at hand. It runs here in its older form,
+``python benchmarks/gpu_check.py OUT``, from another folder with OUT relative to it: the form
+an instruction elsewhere names, which starts the module again (the same code)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu-check")
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), str(out), "--dry-run"],
-                          env=env, capture_output=True, text=True, timeout=600)
+    where = tmp_path_factory.mktemp("gpu-check")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "out", "--dry-run"],
+                          cwd=where, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+    out = where / "out"  # (relative to the folder it was run in, as given)
     return json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.md").read_text()
 
 
@@ -59,6 +60,14 @@ def test_the_speed_legw_and_quality_parts_are_measured(dry_run):
 def test_without_a_gpu_the_full_check_refuses_in_one_line(tmp_path):
     if __import__("torch").cuda.is_available():
         pytest.skip("a GPU is here")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), str(tmp_path / "o")],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", str(tmp_path / "o")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--dry-run" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_file_form_starts_the_module(tmp_path):
+    """``python benchmarks/gpu_check.py --help`` from any folder: the module's help."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m benchmarks.gpu_check") and "--dry-run" in done.stdout

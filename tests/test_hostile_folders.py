@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import chargen
+from benchmarks.folder_fuzz import REMOVED, field_paths, use_folder, with_field
 from chargen import checkpoint
 from chargen.cli import main
 from chargen.errors import ChargenError
 from chargen.export import export_model
 from chargen.storage import load_tensors, save_tensors
 from conftest import ROOT, TINY_FLAGS, config_json
-from folders import REMOVED, field_paths, use_folder, with_field
 
 COMMAND_SECONDS = 60  # a command that takes longer than this on a tiny folder has hung
 

@@ -175,7 +175,7 @@ def test_lines_mode_trains_resumes_and_samples(tmp_path, names_file):
     assert len(items) == 20 and all("\n" not in item and len(item) < 40 for item in items)
     assert all(set(item) <= set(corpus.tokenizer.chars) for item in items)  # no specials, no <unk>
     prefixed = model.generate_batch("Ka", 40, num_samples=3, seed=1)
-    assert len(prefixed) == 3
+    assert len(prefixed) == 3 and all(item.startswith("Ka") for item in prefixed)  # an item starts with its prime
     train_items = list(corpus.train_items.strings(corpus.tokenizer))
     assert len(train_items) == len(corpus.train_items) and all(train_items)
     known = model.is_training_item(train_items[:3] + ["Not A Name In The List"])

@@ -36,7 +36,7 @@ def test_detach_cuts_the_graph():
 
 
 def test_shapes_and_pytorchs_own_initialisation():
-    """No forget-gate bias of 1: it measured worse (benchmarks/recipe.py)."""
+    """No forget-gate bias of 1: it measured worse (``python -m benchmarks.recipe``)."""
     cfg = ModelConfig(vocab_size=17, embedding=6, hidden=12, layers=3, dropout=0.2)
     model = CharLSTM(cfg)
     logits, (h, c) = model(torch.randint(0, 17, (9, 4)))

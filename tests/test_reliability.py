@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import crash_safety
 from chargen import ChargenError, checkpoint, faults, load_corpus, train
 from chargen.storage import load_tensors
-from conftest import load_script, make_text, tiny_model, tiny_train
+from conftest import make_text, tiny_model, tiny_train
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def crash_safety():
-    return load_script("benchmarks/crash_safety.py")
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +29,9 @@ def test_random_sigkills_lose_nothing(long_text, tmp_path):
     """The benchmark's harness, smaller: 3 SIGKILLs at random moments, a resume after each;
     every checkpoint loads, at most one checkpoint interval is lost, and the final weights
     are the uninterrupted run's, bit for bit."""
-    harness = crash_safety()
     flags = ["--hidden", "32", "--embedding", "8", "--batch-size", "8", "--bptt", "16", "--steps", "4000",
              "--eval-every", "10", "--log-every", "5", "--precision", "fp32", "--device", "cpu", "--quiet"]
-    result = harness.kill_and_resume(long_text, tmp_path, kills=3, seed=1, flags=flags, delay=(1.5, 3.0))
+    result = crash_safety.kill_and_resume(long_text, tmp_path, kills=3, seed=1, flags=flags, delay=(1.5, 3.0))
     assert result["kills"] == 3
     assert result["corrupt_checkpoints"] == 0
     assert result["max_steps_lost"] <= 10
@@ -67,7 +63,7 @@ def test_sigkill_in_the_middle_of_a_checkpoint_write(long_text, tmp_path):
     assert died.returncode == -9, died.stderr[-2000:]
     temps = [p for d in (run, run / "trainer") for p in d.glob(".*.tmp")]
     assert temps, "the kill should have left the half-done write's temp file"
-    loads, step = crash_safety().checkpoint_files_load(run)
+    loads, step = crash_safety.checkpoint_files_load(run)
     assert loads and step == 5  # the first checkpoint, whole; the second never replaced it
     config = tiny_train(steps=30, eval_every=5, precision="fp32")
     resumed = train(load_corpus(long_text), run, config=config, resume=True)
@@ -89,7 +85,7 @@ def test_full_disk_during_a_checkpoint_is_a_clear_error(long_text, tmp_path):
     with faults.injected(faults.Faults(write=disk_full_after_the_first_checkpoint)), \
             pytest.raises(ChargenError, match="No space left on device.*free some disk space.*intact"):
         train(corpus, run, tiny_model(), config)
-    loads, step = crash_safety().checkpoint_files_load(run)
+    loads, step = crash_safety.checkpoint_files_load(run)
     assert loads and step == 5
     assert not [p for d in (run, run / "trainer") for p in d.glob(".*.tmp")]  # cleaned up on the way out
     assert train(corpus, run, config=config, resume=True).step == 20

@@ -25,13 +25,25 @@ def test_seeded_sampling_repeats(model):
     a = model.generate("the ", 80, seed=5, temperature=1.0)
     b = model.generate("the ", 80, seed=5, temperature=1.0)
     c = model.generate("the ", 80, seed=6, temperature=1.0)
-    assert a == b and a != c and len(a) == 80
+    assert a == b and a != c and len(a) == len("the ") + 80 and a.startswith("the ")
 
 
 def test_streamed_pieces_join_to_the_text(model):
     pieces = list(model.stream("king", 60, seed=11))
-    assert len(pieces) == 60 and all(len(p) == 1 for p in pieces)
+    assert pieces[0] == "king" and len(pieces) == 61 and all(len(p) == 1 for p in pieces[1:])
     assert "".join(pieces) == model.generate("king", 60, seed=11)
+
+
+def test_a_sample_is_its_prime_then_what_was_drawn(model):
+    """One rule everywhere: generate, generate_batch and stream give the prime first, as the
+    CLI and the app show it; only a Sampler's pieces (what Continue adds) leave it out."""
+    sampler = model.sampler("the ", num_samples=2, seed=4)
+    drawn = list(sampler.pieces(30, temperature=1.0))
+    assert len(drawn) == 30 and all(len(step[0]) == 1 for step in drawn)
+    texts = model.generate_batch("the ", 30, num_samples=2, seed=4, temperature=1.0)
+    assert texts == ["the " + t for t in sampler.texts]
+    assert model.generate("", 30, seed=4) == "".join(model.stream("", 30, seed=4))  # no prime: nothing added
+    assert len(model.generate("", 30, seed=4)) == 30
 
 
 def test_batch_of_samples(model):
@@ -127,7 +139,8 @@ def test_sampler_continues_from_its_own_state(model):
     assert len(first) == 40 and sampler.texts == ["".join(s[i] for s in first) for i in range(3)]
     more = list(sampler.pieces(60, temperature=1.0))
     assert len(more) == 60
-    assert sampler.texts == model.generate_batch("the ", 100, num_samples=3, seed=21, temperature=1.0)
+    assert ["the " + t for t in sampler.texts] == model.generate_batch("the ", 100, num_samples=3, seed=21,
+                                                                      temperature=1.0)
 
 
 def test_sampler_checks_options_when_asked(model):

@@ -105,7 +105,7 @@ def test_shipped_models_match_their_readme():
         size = sum(f.stat().st_size for f in (ROOT / "models" / name).iterdir())
         assert size < 6_000_000, "a shipped model is a few MB at most"
     text = chargen.load(ROOT / "models" / "shakespeare").generate("ROMEO:", 200, seed=1)
-    assert len(text) == 200 and "\n" in text
+    assert len(text) == len("ROMEO:") + 200 and text.startswith("ROMEO:") and "\n" in text[6:]
 
 
 def test_fresh_app_serves_the_shipped_models(tmp_path):

@@ -1,6 +1,6 @@
 """--tensorboard mirrors metrics.jsonl (train and validation scalars) and the samples to
 TensorBoard under RUN_DIR/tb; without the package it is refused in one line before anything
-is written; benchmarks/run_summary.py draws the curves from metrics.jsonl."""
+is written; ``python -m benchmarks.run_summary`` draws the curves from metrics.jsonl."""
 
 import json
 import subprocess
@@ -56,7 +56,7 @@ def test_the_cli_flag_and_the_summary_plot(corpus_file, tmp_path):
     assert main(["train", str(corpus_file), "--out", str(tmp_path / "plain"), *TINY_FLAGS, "--steps", "4"]) == 0
     assert not (tmp_path / "plain" / "tb").exists()
     png = tmp_path / "curve.png"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_summary.py"), str(run), "--plot", str(png)],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.run_summary", str(run), "--plot", str(png)], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "best validation loss" in done.stdout and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,1 @@
+"""chargen's benchmarks: each module runs as ``python -m benchmarks.NAME`` from the repository root."""
