@@ -96,12 +96,18 @@ def scratch(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "models", folder / "models")  # (the docs' commands may rewrite a model's card)
     for name in ("corpora", "benchmarks", "app.py"):
         (folder / name).symlink_to(ROOT / name)
+    # `chargen` and `python` as the docs name them: this interpreter, wherever pip put its scripts
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, run_as in (("chargen", f'"{sys.executable}" -m chargen'), ("python", f'"{sys.executable}"')):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec {run_as} "$@"\n')
+        (bin_dir / name).chmod(0o755)
     return folder
 
 
 def run(command: list[str], folder: Path, where: str) -> None:
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+               PATH=f"{folder.parent / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     try:
         done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=SECONDS)
     except subprocess.TimeoutExpired:
