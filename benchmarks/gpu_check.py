@@ -366,7 +366,7 @@ def quality(report: Report, corpus, sizes: Sizes, work: Path, seconds: float) ->
     config = TrainConfig(batch_size=sizes.quality_batch, bptt=sizes.bptt, max_time=seconds, device=sizes.device,
                          precision=precision, sample_chars=0, seed=9)
     result = train(corpus, work / "quality", model_config(corpus, sizes.quality_model), config, force=True)
-    sample = "ROMEO:\n" + chargen.load(work / "quality", device=sizes.device).generate("ROMEO:\n", 400, seed=1)
+    sample = chargen.load(work / "quality", device=sizes.device).generate("ROMEO:\n", 400, seed=1)
     m = sizes.quality_model
     report.results["quality"] = {
         "model": f"{m['layers']}x{m['hidden']}, embedding {m['embedding']}, dropout {m['dropout']}",
