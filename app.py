@@ -113,15 +113,14 @@ def shown_training(view: TrainingView, service: Service) -> tuple:
     names = service.shelf.names()
     models = gr.update(choices=names) if view.finished else gr.update()
     sources = gr.update(choices=[SCRATCH, *names]) if view.finished else gr.update()
-    return view.status, curve_frame(view.curve), view.samples, models, sources
+    return view.status, curve_frame(view.curve) if view.curve else None, view.samples, models, sources
 
 
 def curve_frame(curve: list[tuple[float, float]]):
     import pandas as pd
 
-    # Floats even when empty: an empty frame's columns would be read as categories, and the
-    # plot would then draw each value as a label (3.41 below 3.16).
-    return pd.DataFrame(curve, columns=["seconds", "validation bits/char"], dtype=float)
+    # Floats: columns read as categories would draw each value as a label (3.41 below 3.16).
+    return pd.DataFrame(curve, columns=["seconds", "bits/char"], dtype=float)
 
 
 # --- the page ------------------------------------------------------------------------------
@@ -212,10 +211,12 @@ def train_tab(service: Service, limits: Limits, model: gr.Dropdown, start_traini
         train_button = gr.Button("Start training", variant="primary")
         stop_train_button = gr.Button("Stop and save", variant="stop")
     status = gr.Markdown()
-    curve = gr.LinePlot(curve_frame([]), x="seconds", y="validation bits/char", label="validation loss",
-                        x_title="training time (seconds)", y_title="validation loss (bits per character)",
+    # (No frame until the first points: Gradio 6.31 draws a chart first built from an empty
+    # frame without its y axis title.)
+    curve = gr.LinePlot(None, x="seconds", y="bits/char", label="training loss, as it trains",
+                        x_title="training time (seconds)", y_title="training loss (bits per character)",
                         y_axis_format=".2f", x_axis_format="~g")
-    samples = gr.Textbox(label="samples at the last validation", lines=8)
+    samples = gr.Textbox(label="samples at the last validation, with its loss", lines=8, elem_id="samples")
     train_button.click(start_training, [upload, corpus, preset, seconds, run_name, start_from],
                        [status, curve, samples, model, start_from], api_name="train", concurrency_limit=4)
     stop_train_button.click(stop_training, None, status, api_name="stop_training")

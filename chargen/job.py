@@ -24,8 +24,10 @@ STOPPED = {"done": "finished", "time": "reached its time budget", "interrupted":
 
 @dataclass
 class TrainingView:
-    """What the page that started a training shows of it: a status line, the validation
-    curve (seconds, bits/char), the last samples; ``finished`` once the run has ended."""
+    """What the page that started a training shows of it: a status line, the training curve
+    (seconds, bits/char: the mean of each log window's steps, a point every few steps, where
+    a short run validates only at its end), the last samples with their validation figure;
+    ``finished`` once the run has ended."""
 
     status: str
     curve: list[tuple[float, float]] = field(default_factory=list)
@@ -98,17 +100,18 @@ class TrainingJob:
     def watch(self, name: str, view: TrainingView, poll: float) -> Iterator[TrainingView]:
         """``view`` updated from the run's events, each time something new came in, and
         once more, finished, when the run has ended."""
-        started, last_train = time.time(), None
+        started, last_train, last_val = time.time(), None, None
         while True:
             finished, changed = not self.busy(), False
             while not self.events.empty():
                 event, changed = self.events.get(), True
                 if event["event"] == "train":
                     last_train = event
+                    view.curve.append((event["elapsed"], event["bpc"]))
                 elif event["event"] == "val":
-                    view.curve.append((event["elapsed"], event["val_bpc"]))
+                    last_val = event
                 elif event["event"] == "sample":
-                    view.samples = f"step {event['step']:,}:\n" + "\n".join(event["texts"])
+                    view.samples = samples_shown(event, last_val)
             if last_train is not None and changed:
                 view.status = progress_line(name, last_train, time.time() - started)
             if finished:
@@ -123,9 +126,15 @@ class TrainingJob:
         if self.error or self.result is None:
             return f"**{name}**: {self.error or 'training ended without a result'}"
         best, model = self.result.best_val_loss, self.result.model.config
+        scored = "not validated yet" if best is None else f"best validation {bpc(best):.3f} bits/char"
         return (f"**{name}** ({model.layers}x{model.hidden}, dropout {model.dropout:g}) "
-                f"{STOPPED[self.result.stopped]} at step {self.result.step:,}; best validation "
-                f"{'n/a' if best is None else f'{bpc(best):.3f}'} bits/char. It is in the Generate tab's list.")
+                f"{STOPPED[self.result.stopped]} at step {self.result.step:,}; {scored}. "
+                "It is in the Generate tab's list.")
+
+
+def samples_shown(sample: dict, val: dict | None) -> str:
+    scored = f" (validation {val['val_bpc']:.3f} bits/char)" if val and val["step"] == sample["step"] else ""
+    return f"step {sample['step']:,}{scored}:\n" + "\n".join(sample["texts"])
 
 
 def progress_line(name: str, event: dict, wall: float) -> str:

@@ -27,6 +27,35 @@ torch.set_num_threads(1)
 BF16_PROBLEM = autocast_problem(torch.device("cpu"), torch.bfloat16)
 needs_bf16 = pytest.mark.skipif(BF16_PROBLEM is not None, reason=f"bf16 autocast does not run here: {BF16_PROBLEM}")
 
+# Modules whose outcome no CPU feature changes: they check files, folders, pages, the docs,
+# the app's plumbing and the code's shape, not the numbers the kernels compute. CI runs them
+# once, not again in its AVX2-capped pass (.ci/run: -m "not once"); a new module runs in both.
+ONCE = {
+    "test_app": "the app's HTTP, browser and start-up plumbing (its sampling and training: test_serving)",
+    "test_benchmarks": "each benchmark's --help",
+    "test_card": "the model card's text",
+    "test_cli_extremes": "arguments refused in one line",
+    "test_corpus": "reading and splitting text",
+    "test_corpus_files": "many files as one corpus",
+    "test_docs": "the docs' commands and links",
+    "test_fuzz": "hostile text files and checkpoints refused",
+    "test_hostile_folders": "hostile run and model folders refused",
+    "test_page": "the page's layout",
+    "test_sample_output": "stdout encodings, pipes and --output files",
+    "test_space": "the Space's files and pins",
+    "test_structure": "the code's shape",
+    "test_tensorboard": "event files mirroring metrics.jsonl",
+    "test_tokenizer": "the vocabulary",
+    "test_web": "the static page in a browser against the portable sampler (numpy, not oneDNN)",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in ONCE:
+            item.add_marker(pytest.mark.once)
+
+
 SENTENCE = (
     "the king and queen of england sat upon the throne while the fool sang of love "
     "and war and wine; what light through yonder window breaks? it is the east"

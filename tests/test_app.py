@@ -16,6 +16,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
+from benchmarks import screenshots  # noqa: E402
 from conftest import chromium, config_json, make_text, needs_a_browser, shelf_of_models, start_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,56 +195,33 @@ def test_each_model_has_its_page_that_samples_in_the_browser(client, served):
 def test_browser_types_a_prime_and_sees_text(served):
     """A real browser: load the page, type a prime, click Generate, see the text appear."""
     needs_a_browser()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1000})
-            page.goto(served["url"])
-            page.get_by_label("prime").fill("the king ")
-            page.get_by_role("button", name="Generate", exact=True).click()
-            output = page.locator("#output textarea")
-            expect(output).to_have_value(re.compile(r"^the king .{100,}", re.S), timeout=30_000)
-            page.screenshot(path=str(ARTIFACTS / "app-generate-tiny.png"), full_page=True)
-        finally:
-            browser.close()
+    with screenshots.browser_page() as page:
+        page.goto(served["url"])
+        page.get_by_label("prime").fill("the king ")
+        page.get_by_role("button", name="Generate", exact=True).click()
+        output = page.locator("#output textarea")
+        expect(output).to_have_value(re.compile(r"^the king .{100,}", re.S), timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "app-generate-tiny.png"), full_page=True)
 
 
 @pytest.mark.docs
 def test_each_tab_as_a_user_sees_it(tmp_path):
-    """The shipped models, as the app serves them: an example prime clicked and generated
-    from, and a training with the Train tab's defaults (Shakespeare, auto size, 60 s) with
-    its curve. The docs' pictures of the two tabs (docs/app-generate.png and
-    docs/app-train.png are copies of tests/artifacts/). Run once in CI (-m docs): it shows
-    the page, not the CPU."""
+    """The steps of the docs' pictures (python -m benchmarks.screenshots) in a real browser:
+    an example prime of the shipped model clicked and generated from, then the Train tab's
+    defaults (Shakespeare, auto size, 60 s), a training started with them and stopped with
+    Stop and save once its curve has points, its samples headed by their validation loss.
+    The pictures go to tests/artifacts/ (the docs' own come from the full 60 s)."""
     needs_a_browser()
-    from playwright.sync_api import expect, sync_playwright
-
     ARTIFACTS.mkdir(exist_ok=True)
     with start_app(["--models", str(ROOT / "models"), "--runs", str(tmp_path / "runs")], cwd=tmp_path) as (url, _), \
-            sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1000})
-            page.goto(url)
-            page.get_by_text("KING HENRY: Once more").click()  # (an example row fills model and prime)
-            expect(page.get_by_label("prime")).to_have_value("KING HENRY:\nOnce more")
-            page.get_by_label("seed (-1: random)").fill("3")
-            page.get_by_role("button", name="Generate", exact=True).click()
-            output = page.locator("#output textarea")
-            expect(output).to_have_value(re.compile(r"^KING HENRY:\nOnce more.{500}", re.S), timeout=30_000)
-            page.screenshot(path=str(ARTIFACTS / "app-generate.png"), full_page=True)
-            page.get_by_role("tab", name="Train").click()  # (nothing changed: the defaults a visitor finds)
-            expect(page.get_by_label("auto (fits the time)")).to_be_checked()
-            expect(page.get_by_label("number input for time budget (seconds)")).to_have_value("60")
-            page.get_by_role("button", name="Start training").click()
-            expect(page.get_by_text(re.compile("reached its time budget"))).to_be_visible(timeout=150_000)
-            page.wait_for_timeout(1000)  # (the last curve point is drawn)
-            page.screenshot(path=str(ARTIFACTS / "app-train.png"), full_page=True)
-        finally:
-            browser.close()
+            screenshots.browser_page() as page:
+        screenshots.generate_tab(page, url, ARTIFACTS)
+        screenshots.train_tab(page, ARTIFACTS, stop_after_progress=True)
+    assert (ARTIFACTS / "app-generate.png").stat().st_size and (ARTIFACTS / "app-train.png").stat().st_size
+    assert [p.name for p in (tmp_path / "runs").iterdir()] and not list((tmp_path / "runs").glob("*/.*.tmp"))
 
 
 def test_bad_uploads_and_budgets_are_refused(client, tmp_path):

@@ -6,7 +6,7 @@ corpora, app.py and benchmarks/ (so `corpora/shakespeare.txt` and `models/shakes
 as on a checkout, and nothing the docs do touches the repository), with the budgets a flag
 sets shrunk to seconds. Commands that cannot run in a test (installs, servers, the network,
 minutes of work) are named in NOT_RUN with the reason; a name there that matches no command
-fails too, so the list cannot outlive the docs. These tests run once in CI (`-m "not docs"`
+fails too, so the list cannot outlive the docs. These tests run once in CI (`-m "not once"`
 leaves them out of the second, AVX2-capped pass: they check the docs, not the CPU)."""
 
 from __future__ import annotations

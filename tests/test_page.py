@@ -1,6 +1,6 @@
 """The page as Gradio's conventions want it, checked on the built app without a server: a
-numeric validation curve, one-click example primes, the API shown with the named endpoints
-public, and a runs folder that can live on mounted storage (CHARGEN_RUNS)."""
+numeric training curve with titled axes, one-click example primes, the API shown with the
+named endpoints public, and a runs folder that can live on mounted storage (CHARGEN_RUNS)."""
 
 import os
 from pathlib import Path
@@ -24,15 +24,16 @@ def of_type(demo, kind):
     return [block for block in demo.blocks.values() if isinstance(block, kind)]
 
 
-def test_the_curve_is_numeric_from_the_start(demo):
-    """Both axes quantitative, also for the empty frame the page starts with (as categories,
-    3.41 was drawn below 3.16), with readable ticks."""
+def test_the_curve_is_numeric_with_titled_axes(demo):
+    """Both axes quantitative (as categories, 3.41 was drawn below 3.16), with readable ticks
+    and titles with units; no frame before the first points (a chart Gradio first builds from
+    an empty frame loses its y axis title)."""
     (plot,) = of_type(demo, gr.LinePlot)
-    assert plot.y_axis_format == ".2f"
-    assert (plot.x_title, plot.y_title) == ("training time (seconds)", "validation loss (bits per character)")
-    for frame in (app.curve_frame([]), app.curve_frame([(10.0, 3.41), (20.0, 3.16)])):
+    assert plot.value is None and plot.y_axis_format == ".2f"
+    assert (plot.x_title, plot.y_title) == ("training time (seconds)", "training loss (bits per character)")
+    for frame in (app.curve_frame([(10.0, 3)]), app.curve_frame([(10.0, 3.41), (20.0, 3.16)])):
         data = plot.postprocess(frame)
-        assert data.datatypes == {"seconds": "quantitative", "validation bits/char": "quantitative"}
+        assert data.datatypes == {"seconds": "quantitative", "bits/char": "quantitative"}
     data = plot.postprocess(app.curve_frame([(10.0, 3.41), (20.0, 3.16)]))
     assert [row[1] for row in data.data] == [3.41, 3.16] and all(isinstance(row[1], float) for row in data.data)
 

@@ -29,9 +29,9 @@ def test_random_sigkills_lose_nothing(long_text, tmp_path):
     """The benchmark's harness, smaller: 3 SIGKILLs at random moments, a resume after each;
     every checkpoint loads, at most one checkpoint interval is lost, and the final weights
     are the uninterrupted run's, bit for bit."""
-    flags = ["--hidden", "32", "--embedding", "8", "--batch-size", "8", "--bptt", "16", "--steps", "4000",
+    flags = ["--hidden", "32", "--embedding", "8", "--batch-size", "8", "--bptt", "16", "--steps", "1000",
              "--eval-every", "10", "--log-every", "5", "--precision", "fp32", "--device", "cpu", "--quiet"]
-    result = crash_safety.kill_and_resume(long_text, tmp_path, kills=3, seed=1, flags=flags, delay=(1.5, 3.0))
+    result = crash_safety.kill_and_resume(long_text, tmp_path, kills=3, seed=1, flags=flags, delay=(2.0, 3.5))
     assert result["kills"] == 3
     assert result["corrupt_checkpoints"] == 0
     assert result["max_steps_lost"] <= 10

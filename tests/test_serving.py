@@ -4,6 +4,7 @@
 import json
 import math
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -162,7 +163,8 @@ def test_a_training_runs_to_its_end_and_joins_the_shelf(service):
     assert "runs/short" in first.status and "stream mode" in first.status and not first.finished
     *_, last = views
     assert last.finished and "runs/short" in last.status and "bits/char" in last.status, last.status
-    assert last.curve and all(bpc > 0 for _, bpc in last.curve)
+    assert len(last.curve) > 1 and all(bpc > 0 for _, bpc in last.curve)  # (the training loss, every few steps)
+    assert re.match(r"step [\d,]+ \(validation \d\.\d{3} bits/char\):\n", last.samples), last.samples
     assert "runs/short" in service.shelf.names()
     assert len(text_of(generate(service, model="runs/short", prime="The ", length=30))) == len("The ") + 30
 
