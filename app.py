@@ -23,16 +23,83 @@ if not (os.environ.get("GRADIO_SERVER_PORT") or "1").isdigit():  # (gradio reads
     raise SystemExit(2)
 
 import argparse
+import errno
+import socket
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+# --- the command line: checked before Gradio and torch are imported ------------------------
+def checked_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, and what would stop the app from starting (the models folder; the address:
+    its port free, and ours to take), each said in one line with the flag to change (exit 2)."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if not args.models.is_dir():
+        parser.error(f"--models {args.models}: no such folder; give the folder of model folders to serve "
+                     f"(the shipped ones are in {ROOT / 'models'})")
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As the server binds (uvicorn sets it): a port a stopped app left in TIME_WAIT is free,
+        # one another program listens on is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((args.host, args.port))
+        except OSError as e:
+            parser.error(f"cannot serve on {args.host}:{args.port}: {port_problem(e)}")
+    return args
+
+
+def port_problem(error: OSError) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return "the port is in use by another program; pass --port with a free one (or stop that program)"
+    if error.errno == errno.EACCES:
+        return "ports below 1024 need root; pass --port 1024 or higher (the default is 7860)"
+    if error.errno == errno.EADDRNOTAVAIL or isinstance(error, socket.gaierror):
+        return "this machine has no such address; pass --host 127.0.0.1, or 0.0.0.0 for every address"
+    return error.strerror or str(error)
+
+
+def port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, not {text!r}")
+    return int(text)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    in_space = bool(os.environ.get("SPACE_ID"))
+    parser = argparse.ArgumentParser(
+        description="chargen's web demo: stream text from the models in --models and --runs, and train new ones.")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if in_space else
+                                                                                  "127.0.0.1"),
+                        help="address to listen on (default $GRADIO_SERVER_NAME, else 127.0.0.1, this machine only; "
+                        "0.0.0.0 in a Hugging Face Space)")
+    parser.add_argument("--port", type=port, default=os.environ.get("GRADIO_SERVER_PORT") or "7860",
+                        help="port (default $GRADIO_SERVER_PORT, else 7860)")
+    parser.add_argument("--models", type=Path, default=ROOT / "models",
+                        help="folder of model folders to serve (default: models/ beside app.py)")
+    parser.add_argument("--runs", type=Path, default=Path(os.environ.get("CHARGEN_RUNS") or "runs"),
+                        help="folder of training runs, served too; the Train tab writes here (default: "
+                        "$CHARGEN_RUNS, else runs/; on a Space, a mounted storage bucket keeps them over restarts)")
+    parser.add_argument("--share", action="store_true",
+                        help="also open a temporary public gradio.live link (off by default; needs network)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps", "auto"],
+                        help="where the models generate text (default cpu: for a few texts at a time a GPU is "
+                        "no faster); training uses a GPU when there is one")
+    return parser
+
+
+if __name__ == "__main__":
+    checked_args()  # (main() checks again: here a bad flag is answered before the imports below, seconds of them)
+
 import asyncio
 import atexit
-import errno
 import functools
 import shutil
 import signal
-import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 
 import gradio as gr
 from starlette.requests import Request
@@ -42,7 +109,6 @@ from starlette.routing import Route
 from chargen import ChargenError
 from chargen.serving import AUTO, DEFAULTS, PAGE_HEADERS, SCRATCH, Limits, Service, TextStream, TrainingView
 
-ROOT = Path(__file__).resolve().parent
 SCRATCH_PREFIX = "chargen-app-"  # the app's own temp folder: chargen-app-<pid>
 FOOTER_LINKS = ["api", "gradio", "settings"]  # ("Use via API": the named endpoints are the app's API)
 # One-click primes under the Generate tab, for the shipped models that are on the shelf.
@@ -252,13 +318,12 @@ def alive(pid: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = make_parser()
-    args = parser.parse_args(argv)
+    args = checked_args(argv)
+    parser = make_parser()  # (its error() for what only the built app finds)
     try:
-        check_start(args)
         limits = Limits.from_environment(os.environ)
         demo = build_app(args.models, args.runs, limits, device=args.device, scratch=scratch_folder())
-    except ChargenError as e:  # e.g. --device cuda without a GPU, or the port taken
+    except ChargenError as e:  # e.g. --device cuda without a GPU
         parser.error(str(e))
     try:
         demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True,
@@ -266,33 +331,6 @@ def main(argv: list[str] | None = None) -> None:
                     app_kwargs={"routes": web_routes(demo.service)})
     except OSError as e:  # (Gradio's own words name launch()'s parameters, not this app's flags)
         parser.error(f"cannot serve on {args.host}:{args.port} ({port_problem(e)}); pass --host or --port")
-
-
-def check_start(args: argparse.Namespace) -> None:
-    """What would stop the app from starting, in one line with the flag to change: the
-    models folder, and the address (its port free, and ours to take)."""
-    if not args.models.is_dir():
-        raise ChargenError(f"--models {args.models}: no such folder; give the folder of model folders to serve "
-                           f"(the shipped ones are in {ROOT / 'models'})")
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # As the server binds (uvicorn sets it): a port a stopped app left in TIME_WAIT is free,
-        # one another program listens on is not.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((args.host, args.port))
-        except OSError as e:
-            raise ChargenError(f"cannot serve on {args.host}:{args.port}: {port_problem(e)}") from None
-
-
-def port_problem(error: OSError) -> str:
-    if error.errno == errno.EADDRINUSE:
-        return "the port is in use by another program; pass --port with a free one (or stop that program)"
-    if error.errno == errno.EACCES:
-        return "ports below 1024 need root; pass --port 1024 or higher (the default is 7860)"
-    if error.errno == errno.EADDRNOTAVAIL or isinstance(error, socket.gaierror):
-        return "this machine has no such address; pass --host 127.0.0.1, or 0.0.0.0 for every address"
-    return error.strerror or str(error)
 
 
 def web_routes(service: Service) -> list[Route]:
@@ -322,35 +360,6 @@ def web_routes(service: Service) -> list[Route]:
         return FileResponse(found, media_type="application/zip", filename=shown, headers=PAGE_HEADERS)
 
     return [Route("/web/{path:path}", page), Route("/download/{path:path}", download)]
-
-
-def port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, not {text!r}")
-    return int(text)
-
-
-def make_parser() -> argparse.ArgumentParser:
-    in_space = bool(os.environ.get("SPACE_ID"))
-    parser = argparse.ArgumentParser(
-        description="chargen's web demo: stream text from the models in --models and --runs, and train new ones.")
-    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if in_space else
-                                                                                  "127.0.0.1"),
-                        help="address to listen on (default $GRADIO_SERVER_NAME, else 127.0.0.1, this machine only; "
-                        "0.0.0.0 in a Hugging Face Space)")
-    parser.add_argument("--port", type=port, default=os.environ.get("GRADIO_SERVER_PORT") or "7860",
-                        help="port (default $GRADIO_SERVER_PORT, else 7860)")
-    parser.add_argument("--models", type=Path, default=ROOT / "models",
-                        help="folder of model folders to serve (default: models/ beside app.py)")
-    parser.add_argument("--runs", type=Path, default=Path(os.environ.get("CHARGEN_RUNS") or "runs"),
-                        help="folder of training runs, served too; the Train tab writes here (default: "
-                        "$CHARGEN_RUNS, else runs/; on a Space, a mounted storage bucket keeps them over restarts)")
-    parser.add_argument("--share", action="store_true",
-                        help="also open a temporary public gradio.live link (off by default; needs network)")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps", "auto"],
-                        help="where the models generate text (default cpu: for a few texts at a time a GPU is "
-                        "no faster); training uses a GPU when there is one")
-    return parser
 
 
 if __name__ == "__main__":

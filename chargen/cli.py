@@ -166,7 +166,7 @@ def add_training_options(t: argparse.ArgumentParser) -> None:
         "The schedule is set once, at a base batch size, and carried to --batch-size by --lr-scaling. "
         "LEGW (You et al. 2019): k times the batch gives sqrt(k) times the peak and k times the warmup "
         "in epochs (the same number of updates), so a wider batch needs no re-tuning. "
-        "A linear warmup from 0, then a decay to a tenth of the peak at the end of the plan.",
+        "A linear warmup from 0, then a decay to a tenth of the peak at the end of the plan (--decay none: flat).",
     )
     lr.add_argument("--lr-scaling", choices=SCALINGS,
                     help=f"how the base setting follows the batch size: legw (sqrt(k) peak, k x warmup epochs), "

@@ -147,14 +147,15 @@ def test_train_on_an_upload_then_generate(client, served, tmp_path):
 
 def test_stop_saves_a_training_run(client, served):
     job = client.submit(None, "shakespeare.txt", "tiny (1x128)", 300, "stopped", api_name="/train")
-    deadline = time.time() + 60
-    while time.time() < deadline and not (served["base"] / "runs" / "stopped" / "config.json").exists():
-        time.sleep(0.2)
+    metrics, deadline = served["base"] / "runs" / "stopped" / "metrics.jsonl", time.time() + 60
+    while time.time() < deadline and not (metrics.exists() and '"train"' in metrics.read_text()):
+        time.sleep(0.2)  # (until a step is logged: stopped before its first step, the run would save step 0)
     other = Client(served["url"], verbose=False, analytics_enabled=False, download_files=False)
     assert "another page" in other.predict(api_name="/stop_training")
     assert "Stopping" in client.predict(api_name="/stop_training")
     status = job.result(timeout=120)[0]
-    assert "stopped" in status
+    # (a run stopped before its first validation says so; "best validation n/a bits/char" it was)
+    assert re.search(r"stopped at step [\d,]+; (not validated yet|best validation \d\.\d{3} bits/char)\.", status)
     assert config_json(served["base"] / "runs" / "stopped")["summary"]["step"] > 0
 
 
@@ -339,6 +340,20 @@ def test_forged_requests_get_words_not_a_bare_error(served):
     assert "not uploaded" in error_of("train", [forged, None, "tiny (1x128)", 10, "", "nothing: train from scratch"])
     assert "number" in error_of("generate", ["shakespeare", "", 10, 0.8, 0, 1.0, "abc", 1])
     assert "seed must be a whole number" in error_of("generate", ["shakespeare", "", 10, 0.8, 0, 1.0, 1e30, 1])
+
+
+def test_a_bad_flag_is_answered_before_gradio_and_torch_are_imported():
+    """The flags and the address are checked first: a mistake is answered at once, not after
+    the seconds that importing Gradio and torch take."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys\nsys.argv = sys.argv[1:]\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+            "except SystemExit as e:\n    print(e.code, 'gradio' in sys.modules, 'torch' in sys.modules)")
+    for flags in (["--port", "99999"], ["--models", "nowhere"], ["--help"]):
+        done = subprocess.run([sys.executable, "-c", code, str(ROOT / "app.py"), *flags], capture_output=True,
+                              text=True, timeout=60)
+        assert done.stdout.split()[-3:] == ["0" if flags == ["--help"] else "2", "False", "False"], done.stdout
 
 
 def test_a_privileged_port_is_named_as_one():
