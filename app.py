@@ -182,11 +182,16 @@ def shown_training(view: TrainingView, service: Service) -> tuple:
     return view.status, curve_frame(view.curve) if view.curve else None, view.samples, models, sources
 
 
+CURVE_POINTS = 400  # at most, sent with each update (a 10-minute run of a small model logs thousands)
+
+
 def curve_frame(curve: list[tuple[float, float]]):
     import pandas as pd
 
+    every = -(-len(curve) // CURVE_POINTS)
+    shown = curve[::every] + ([curve[-1]] if (len(curve) - 1) % every else [])  # (the last point always)
     # Floats: columns read as categories would draw each value as a label (3.41 below 3.16).
-    return pd.DataFrame(curve, columns=["seconds", "bits/char"], dtype=float)
+    return pd.DataFrame(shown, columns=["seconds", "bits/char"], dtype=float)
 
 
 # --- the page ------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ def test_the_curve_is_numeric_with_titled_axes(demo):
     for frame in (app.curve_frame([(10.0, 3)]), app.curve_frame([(10.0, 3.41), (20.0, 3.16)])):
         data = plot.postprocess(frame)
         assert data.datatypes == {"seconds": "quantitative", "bits/char": "quantitative"}
+    long = [(float(t), 3.0) for t in range(1, 3001)]  # (thinned to a few hundred, the last point kept)
+    assert len(app.curve_frame(long)) <= app.CURVE_POINTS + 1 and app.curve_frame(long)["seconds"].iloc[-1] == 3000
     data = plot.postprocess(app.curve_frame([(10.0, 3.41), (20.0, 3.16)]))
     assert [row[1] for row in data.data] == [3.41, 3.16] and all(isinstance(row[1], float) for row in data.data)
 
