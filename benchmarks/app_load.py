@@ -41,7 +41,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import sys
 import threading
@@ -51,7 +50,17 @@ from pathlib import Path
 import httpx
 
 import chargen
-from benchmarks.common import OUT, ROOT, append_jsonl, checkout, client_for, command_line, read_jsonl, running_app
+from benchmarks.common import (
+    OUT,
+    ROOT,
+    append_jsonl,
+    checkout,
+    chromium,
+    client_for,
+    command_line,
+    read_jsonl,
+    running_app,
+)
 
 PARTS = ("latency", "load")
 LENGTH = {"latency": 2000, "load": 1000}  # characters per generation, by default
@@ -73,16 +82,16 @@ def timed_generation(url: str, model: str, length: int, seed: int) -> tuple[floa
 
 
 def browser_first_text(url: str, tries: int) -> list[float] | None:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    browser_path = chromium()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         return None
-    if chromium is None:
+    if browser_path is None:
         return None
     times = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
         page = browser.new_page()
         page.goto(url)
         page.get_by_label("prime").fill("ROMEO:")

@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -118,6 +119,11 @@ def client_for(url: str):
     from gradio_client import Client
 
     return Client(url, verbose=False, analytics_enabled=False, download_files=False)
+
+
+def chromium() -> str | None:
+    """Debian's Chromium (the browser the page tests and benchmarks drive), where installed."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 # --- child processes -------------------------------------------------------------------------

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.common import ROOT, command_line, running_app
+from benchmarks.common import ROOT, chromium, command_line, running_app
 
 EXAMPLE = "KING HENRY:\nOnce more"  # (one of the shipped model's example primes)
 
@@ -31,11 +30,11 @@ def browser_page(width: int = 1200, height: int = 1000) -> Iterator:
     """A page of headless Chromium (Debian's), closed however the block ends."""
     from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+    browser_path = chromium()
+    if browser_path is None:
         raise SystemExit("needs Chromium: apt-get install chromium")
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
         try:
             yield browser.new_page(viewport={"width": width, "height": height})
         finally:

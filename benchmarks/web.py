@@ -20,7 +20,6 @@ It writes benchmarks/out/web/results.json and prints markdown tables.
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import subprocess
 import time
@@ -145,7 +144,6 @@ def main() -> None:
         code = subprocess.run(["git", "show", f"{args.against}:chargen/page/chargen.js"], cwd=ROOT, check=True,
                               capture_output=True).stdout
         (OUT / "against" / "chargen.js").write_bytes(code)
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     results: dict = {"machine": cpu_name(), "torch": torch.__version__,
                      "threads": torch.get_num_threads(), "page": {}, "python": {}}
     rows = [("fp32", 1, args.length, "auto"), ("fp32", 8, args.length // 4, "auto"), ("fp16", 1, args.length, "auto"),
@@ -154,7 +152,7 @@ def main() -> None:
         rows += [("against", 1, args.length, "auto"), ("against", 8, args.length // 4, "auto")]
     runs: dict[tuple, list[dict]] = {row: [] for row in rows}
     with sync_playwright() as p, static_server(OUT) as url:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=common.chromium(), args=["--no-sandbox"])
         results["chromium"] = browser.version
         for _ in range(args.rounds):  # (rows alternated, round by round: the machine's speed drifts)
             for row in rows:

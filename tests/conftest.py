@@ -2,7 +2,6 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import signal
 import sys
 import tempfile
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 import benchmarks.common
+from benchmarks.common import chromium
 from chargen import ModelConfig, TrainConfig
 from chargen.device import autocast_problem
 from chargen.export import export_model
@@ -178,10 +178,6 @@ def load_script(relative_path: str):
 
 
 # --- a real browser (Debian's chromium, driven by playwright) --------------------------------
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def needs_a_browser() -> None:
     if chromium() is None or not _has_playwright():
         if os.environ.get("CI"):
