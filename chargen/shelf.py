@@ -179,8 +179,8 @@ def model_card(model: TrainedModel, name: str | None = None) -> str:
     page = (f" · [run it in your browser]({web_path(name)}) · download the [model]({download_path(name, 'model.zip')})"
             f" or its [page]({download_path(name, 'page.zip')})") if name else ""
     return (f"**{record.corpus.name}** · {model.kind.description} · {shape.layers}x{shape.hidden} LSTM, "
-            f"{record.parameters:,} parameters · validation {'n/a' if val is None else f'{val:.3f}'} "
-            f"bits/char{page}")
+            f"{record.parameters:,} parameters · "
+            f"{'not validated yet' if val is None else f'validation {val:.3f} bits/char'}{page}")
 
 
 def web_path(name: str) -> str:

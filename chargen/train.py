@@ -329,7 +329,8 @@ class Trainer:
             saved_at = -1  # (the summary in config.json follows)
         if saved_at != progress.step:
             self.save()
-        best = "n/a" if progress.best_val_loss is None else f"{bpc(progress.best_val_loss):.4f}"
+        best_loss = progress.best_val_loss
+        best = "not validated yet" if best_loss is None else f"best val bpc {bpc(best_loss):.4f}"
         # (a run stopped before its plan was fitted to --max-time has no total worth showing)
         of = f" of {progress.total_steps:,}" if progress.total_steps < TIMED_PLAN else ""
         max_time, val_seconds = self.run.config.max_time, self.budget.val_seconds
@@ -337,11 +338,11 @@ class Trainer:
         if stopped == "patience":
             at = "" if progress.best_step is None else f" at step {progress.best_step:,}"  # (older runs lack it)
             self.log(f"stopped early at step {progress.step:,}{of}: no better validation loss "
-                     f"in {progress.since_best} validations; best val bpc {best}{at}, "
+                     f"in {progress.since_best} validations; {best}{at}, "
                      f"kept in {self.run.run_dir / checkpoint.BEST} (what sample, eval and export use){spent}")
         else:
             verb = "finished" if stopped == "done" else f"stopped ({stopped})"
-            self.log(f"{verb} at step {progress.step:,}{of}; best val bpc {best}{spent}; "
+            self.log(f"{verb} at step {progress.step:,}{of}; {best}{spent}; "
                      f"checkpoint in {self.run.run_dir}" + ("" if stopped == "done" else "; continue with --resume"))
         if self.board is not None:
             self.board.close()

@@ -161,3 +161,21 @@ def test_stop_event_from_another_thread_saves_and_resumes(tmp_path, corpus_file)
     assert all(e["total_steps"] == 20 for e in trains)
     resumed = train(corpus, tmp_path / "run", config=tiny_train(steps=20), resume=True)
     assert resumed.stopped == "done" and resumed.step == 20
+
+
+def test_a_run_stopped_before_its_first_validation_says_so(tmp_path, corpus_file):
+    """Not "best val bpc n/a": the closing line, and the app's card of the run, say that it
+    has not been validated yet."""
+    import threading
+
+    import chargen
+    from chargen.shelf import model_card
+
+    stop, lines = threading.Event(), []
+    stop.set()  # (the run ends after its first step, before any validation)
+    result = train(load_corpus(corpus_file), tmp_path / "run", tiny_model(), tiny_train(), log=lines.append, stop=stop)
+    assert result.stopped == "interrupted" and result.best_val_loss is None
+    assert any(line.startswith(f"stopped (interrupted) at step {result.step:,}") and "; not validated yet;" in line
+               for line in lines), lines[-3:]
+    card = model_card(chargen.load(tmp_path / "run"))
+    assert "not validated yet" in card and "n/a" not in card
