@@ -175,6 +175,12 @@ def check_room(run_dir: Path, checkpoint_bytes: int) -> None:
                            f"{checkpoint_bytes / 2**20:,.0f} MB; free some space or choose another folder")
 
 
+def has_resume_point(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a training run with a checkpoint to resume from (one that
+    died before its first checkpoint has none: starting it again loses nothing)."""
+    return describe_folder(run_dir) == "run" and (run_dir / TRAINER).is_file()
+
+
 def check_resumable(run_dir: Path) -> RunRecord:
     """The record of the training run in ``run_dir``, refused (without advice that would lose
     it) where the folder holds no run to resume."""

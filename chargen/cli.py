@@ -113,7 +113,10 @@ def add_train(commands: argparse._SubParsersAction) -> None:
                    "subfolders too, hidden ones and files that are not text left out); in stream mode each file is "
                    "a document of its own")
     t.add_argument("--out", metavar="RUN_DIR", help="run folder (default: runs/<name of TEXT_FILE>)")
-    t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
+    t.add_argument("--resume", nargs="?", const="yes", type=resume_mode, metavar="auto",
+                   help="continue the run in --out where it stopped; --resume auto: continue it if --out holds "
+                   "one, else start it (one command that starts a job and restarts it, as torchrun "
+                   "--max-restarts does)")
     t.add_argument("--force", action="store_true", help="replace a run already in --out")
     data = t.add_argument_group("data")
     data.add_argument("--mode", choices=MODES,
@@ -274,6 +277,13 @@ def add_export(commands: argparse._SubParsersAction) -> None:
                    "fp16 (half the download; the text may differ)")
 
 
+def resume_mode(text: str) -> str:
+    if text not in ("yes", "auto"):  # (a file name after --resume: it takes one word, auto, or none)
+        raise argparse.ArgumentTypeError(f"--resume takes no value or auto, not {text!r}: put the text file before "
+                                         "--resume, or write --resume auto")
+    return text
+
+
 def given(args: argparse.Namespace, names: tuple[str, ...] | list[str]) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
@@ -306,6 +316,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .train import train
 
     run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file[0]).stem
+    # --resume auto: resume what the folder holds, or start; every rank decides before any
+    # writes (they join the group first), and checks below that all decided alike.
+    auto = args.resume == "auto"
+    args.resume = args.resume == "yes" or (auto and checkpoint.has_resume_point(run_dir))
+    # (a run of this command that died before its first checkpoint is started again: nothing is lost)
+    force = args.force or (auto and not args.resume and checkpoint.describe_folder(run_dir) == "run")
+    if auto and args.resume:
+        args.init_from = None  # (the run started from it, and its record keeps that)
     saved = checkpoint.check_resumable(run_dir) if args.resume else None  # (refused before a long read of the text)
     mode = args.mode
     if mode is None and (saved or args.init_from):  # (the run's mode, or the source's)
@@ -330,8 +348,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     ranks, device = from_environment(config.device)
     result = None
     try:
+        if ranks.active and all(ranks.any((args.resume, not args.resume), device)):
+            raise ChargenError(f"the processes disagree on whether {run_dir} holds a run to resume: every node must "
+                               "see the same run folder (a shared file system)")
+        if auto and ranks.main:
+            log(f"--resume auto: {'resuming the run' if args.resume else 'no run to resume yet, starting one'} in "
+                f"{run_dir}")
         result = train(corpus, run_dir, model_config, replace(config, device=device), resume=args.resume,
-                       force=args.force, log=log, progress_bar=not args.quiet, ranks=ranks)
+                       force=force, log=log, progress_bar=not args.quiet, ranks=ranks)
     finally:
         leave(finished=result is not None)
     return {"done": 0, "time": 0, "interrupted": 130, "patience": 0}[result.stopped]

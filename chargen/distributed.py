@@ -129,8 +129,21 @@ def from_environment(device: str = "auto") -> tuple[Ranks, str]:
     if backend == "nccl" and not use_cuda:
         raise ChargenError("CHARGEN_DIST_BACKEND=nccl needs CUDA GPUs; unset it to train on the CPU with gloo")
     if not dist.is_initialized():
-        dist.init_process_group(backend)
+        join_group(backend, rank, world)
     return Ranks(rank, world, joined=True), device
+
+
+def join_group(backend: str, rank: int, world: int) -> None:
+    """``init_process_group`` on torchrun's store, with this attempt's keys apart from the
+    last one's. After a restart (``--max-restarts``) the store torchrun shares with its
+    workers still holds the dead attempt's addresses under the same keys, and a rank that
+    read one failed to connect ("Gloo connectFullMesh failed ... Connection refused", in
+    about 1 restart in 4 here); TORCHELASTIC_RESTART_COUNT, which torchrun sets for every
+    worker it starts, names the attempt."""
+    store, _, _ = next(dist.rendezvous("env://"))  # (torchrun's own store, as init_process_group finds it)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"chargen/attempt-{attempt}", store), rank=rank,
+                            world_size=world)
 
 
 def leave(finished: bool = False) -> None:

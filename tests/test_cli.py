@@ -47,6 +47,29 @@ def test_train_sample_eval_end_to_end(tmp_path, capsys, corpus_file):
     assert code == 0 and "from step 10" in err and "finished at step 15" in err
 
 
+def test_resume_auto_starts_a_run_then_continues_it(tmp_path, capsys, corpus_file):
+    """One command for a job that may be restarted (torchrun --max-restarts): it starts the run
+    where --out holds none, resumes it where it does, and starts again a run that died before
+    its first checkpoint; a folder that is not chargen's is still refused."""
+    run_dir = tmp_path / "run"
+    auto = ["train", corpus_file, "--out", run_dir, *TINY_FLAGS, "--resume", "auto"]
+    code, _, err = run(capsys, *auto, "--steps", "10")
+    assert code == 0 and "no run to resume yet, starting one" in err and "finished at step 10" in err
+    code, _, err = run(capsys, *auto, "--steps", "15")
+    assert code == 0 and "resuming the run" in err and "from step 10" in err and "finished at step 15" in err
+    code, _, err = run(capsys, *auto, "--steps", "15")  # (restarted after it finished: nothing more to do)
+    assert code == 0 and "finished at step 15" in err and config_json(run_dir)["summary"]["step"] == 15
+    (run_dir / "trainer" / "state.safetensors").unlink()  # as if it died before its first checkpoint
+    code, _, err = run(capsys, *auto, "--steps", "5")
+    assert code == 0 and "starting one" in err and "from step 0" in err and "finished at step 5" in err
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    code, _, err = run(capsys, "train", corpus_file, "--out", theirs, *TINY_FLAGS, "--resume", "auto")
+    assert code == 2 and "--force" not in err and list(theirs.iterdir()) == [theirs / "notes.txt"]
+    assert (theirs / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize(
     "flags, peak",
     [(["--lr-scaling", "linear", "--base-lr", "0.001"], 0.004), (["--lr", "0.001"], 0.002)],  # default: legw
@@ -99,6 +122,7 @@ def files(tmp_path):
         (["sample", "{d}/nothing"], "no such run or model folder"),
         (["sample", "{d}/folder"], "config.json is missing"),
         (["train", "{d}/short.txt", "--out", "{d}/new", "--resume"], "holds no run to resume; drop --resume"),
+        (["train", "--resume", "{d}/short.txt"], "--resume takes no value or auto, not .*: put the text file before"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(capsys, files, args, pattern):

@@ -2,9 +2,14 @@
 same global batch."""
 
 import json
+import os
+import random
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -23,10 +28,12 @@ FLAGS = ["--hidden", "24", "--layers", "2", "--embedding", "8", "--batch-size", 
          "--quiet", "--seed", "3"]
 
 
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+TORCHRUN_ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+
+
 def torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args],
-                         cwd=cwd, capture_output=True, text=True, timeout=300,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    out = subprocess.run([*TORCHRUN, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=TORCHRUN_ENV)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return out
 
@@ -186,3 +193,34 @@ def test_a_backend_that_cannot_run_is_one_clear_line(monkeypatch, backend, messa
     with pytest.raises(ChargenError, match=message):
         from_environment("cpu")
     assert not torch.distributed.is_initialized()
+
+
+@pytest.mark.once  # (the restart's plumbing; exact resume under the AVX2 cap: test_train, test_reliability)
+def test_a_worker_killed_mid_run_is_survived_through_torchruns_restart(text_file, tmp_path):
+    """torchrun --max-restarts with --resume auto: rank 1 SIGKILLed at a random step; torchrun
+    starts both ranks again with the same command, which resumes from the last checkpoint
+    (at most one checkpoint interval lost), and the run ends with the weights of a run never
+    interrupted, bit for bit."""
+    flags = ["-m", "chargen", "train", str(text_file), *FLAGS, "--steps", "300", "--resume", "auto"]
+    log = tmp_path / "torchrun.log"
+    with log.open("w") as output:  # (a file, not a pipe that nobody reads while it runs)
+        job = subprocess.Popen([*TORCHRUN, "--max-restarts=3", *flags, "--out", "killed"], cwd=tmp_path,
+                               env=TORCHRUN_ENV, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        metrics, logs, deadline = tmp_path / "killed" / "metrics.jsonl", random.randint(5, 20), time.time() + 120
+        while not (metrics.exists() and metrics.read_text().count('"train"') >= logs) and time.time() < deadline:
+            time.sleep(0.02)
+        workers = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+        assert len(workers) == 2, "torchrun should run two workers"
+        os.kill(int(workers[1]), signal.SIGKILL)
+        logged = max(json.loads(line)["step"] for line in metrics.read_text().splitlines())
+        job.wait(timeout=240)
+    finally:
+        job.kill()
+    out = log.read_text()
+    assert job.returncode == 0, out[-3000:]
+    resumed_from = int(re.search(r"--resume auto: resuming.*?from step ([\d,]+)", out, re.S).group(1).replace(",", ""))
+    assert 0 <= logged - resumed_from <= 10 and "finished at step 300 of 300" in out
+    torchrun([*flags, "--out", "whole"], tmp_path)
+    killed, whole = (load_file(tmp_path / run / "model.safetensors") for run in ("killed", "whole"))
+    assert all(torch.equal(killed[name], whole[name]) for name in whole)
