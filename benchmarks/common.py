@@ -61,6 +61,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(port: int) -> bool:
+    """Whether something on this machine's loopback ``port`` takes connections."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def serving(port: int) -> bool:
     """Whether the app on this machine's loopback ``port`` answers "/" (a readiness poll)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)

@@ -13,7 +13,8 @@ a worker picked at random is SIGKILLed. For each kill it records
 
 and at the end whether the final weights equal the reference's, bit for bit.
 
-    python -m benchmarks.lost_worker --kills 10        # ~3 min on 2 cores
+    python -m benchmarks.lost_worker --kills 10             # ~3 min on 2 cores
+    python -m benchmarks.lost_worker --kills 10 --nodes 2   # two simulated nodes
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, child_env, command_line, read_jsonl
+from benchmarks.common import ROOT, child_env, command_line, free_port, listening, read_jsonl
 from chargen import checkpoint
 from chargen.storage import load_tensors
 
@@ -36,11 +37,49 @@ FLAGS = ["--hidden", "64", "--embedding", "16", "--batch-size", "8", "--bptt", "
          "--device", "cpu", "--quiet", "--seed", "5", "--resume", "auto"]
 
 
-def torchrun(text: Path, run: Path, restarts: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               f"--max-restarts={restarts}", "-m", "chargen", "train", str(text), "--out", str(run), *FLAGS]
-    with open(run.parent / f"{run.name}.log", "w") as log:  # (a file: a pipe nobody reads would stall it)
-        return subprocess.Popen(command, env=child_env(OMP_NUM_THREADS="1"), stdout=log, stderr=subprocess.STDOUT)
+# One thread a process; and on several nodes a new store for each attempt, as docs/training.md says.
+NODE_ENV = {"OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+class Job:
+    """A torchrun job: one agent (``--standalone``, 2 processes), or one agent on each of
+    ``nodes`` simulated nodes meeting at a c10d rendezvous on 127.0.0.1 (1 process each)."""
+
+    def __init__(self, text: Path, run: Path, restarts: int, nodes: int = 1) -> None:
+        train = ["-m", "chargen", "train", str(text), "--out", str(run), *FLAGS]
+        if nodes == 1:
+            where = ["--standalone", "--nproc_per_node=2"]
+        else:
+            port = free_port()
+            where = ["--nnodes", str(nodes), "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     f"127.0.0.1:{port}", "--rdzv-id", f"lost-worker-{port}"]
+        command = [sys.executable, "-m", "torch.distributed.run", *where, f"--max-restarts={restarts}", *train]
+        self.log, self.agents = run.parent / f"{run.name}.log", []  # (node 0's: rank 0 logs)
+        for node in range(nodes):
+            with open(run.parent / f"{run.name}{f'-node{node}' if node else ''}.log", "w") as log:
+                # (a file: a pipe nobody reads would stall it)
+                self.agents.append(subprocess.Popen(command, env=child_env(**NODE_ENV), stdout=log,
+                                                    stderr=subprocess.STDOUT))
+            if nodes > 1 and node == 0:
+                while not listening(port):  # node 0 hosts the rendezvous, as the machine at --rdzv-endpoint does
+                    time.sleep(0.05)
+
+    def poll(self) -> int | None:
+        """None while it runs; an exit status once an agent has failed or all have ended."""
+        codes = [agent.poll() for agent in self.agents]
+        failed = [code for code in codes if code]
+        return failed[0] if failed else None if None in codes else 0
+
+    def wait(self, timeout: float) -> int:
+        return max(agent.wait(timeout=timeout) for agent in self.agents)
+
+    def kill(self) -> None:
+        for agent in self.agents:
+            agent.kill()
+
+    def workers(self) -> list[str]:
+        return [pid for agent in self.agents for pid in
+                subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split()]
 
 
 def steps_logged(run: Path) -> list[int]:
@@ -48,19 +87,19 @@ def steps_logged(run: Path) -> list[int]:
         if (run / checkpoint.METRICS).exists() else []
 
 
-def wait_for_step(job: subprocess.Popen, run: Path, after: int, timeout: float = 300) -> float:
+def wait_for_step(job: Job, run: Path, after: int, timeout: float = 300) -> float:
     """When the run logged a step past ``after`` (time.monotonic()); raises if the job ended."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(step > after for step in steps_logged(run)):
             return time.monotonic()
         if job.poll() is not None:
-            raise RuntimeError(f"the job ended (exit {job.returncode}) before step {after + 1}")
+            raise RuntimeError(f"the job ended (exit {job.poll()}) before step {after + 1}")
         time.sleep(0.01)
     raise RuntimeError(f"no step past {after} in {timeout:g} s")
 
 
-def wait_for_restart(job: subprocess.Popen, log: Path, restarts: int, timeout: float = 300) -> int:
+def wait_for_restart(job: Job, log: Path, restarts: int, timeout: float = 300) -> int:
     """The step the next attempt resumes from, once its start-up report says so."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -68,25 +107,26 @@ def wait_for_restart(job: subprocess.Popen, log: Path, restarts: int, timeout: f
         if len(resumed) > restarts:
             return int(resumed[-1].replace(",", ""))
         if job.poll() is not None:
-            raise RuntimeError(f"the job ended (exit {job.returncode}) instead of restarting")
+            raise RuntimeError(f"the job ended (exit {job.poll()}) instead of restarting")
         time.sleep(0.01)
     raise RuntimeError(f"no restart in {timeout:g} s")
 
 
-def kill_a_worker(job: subprocess.Popen, rng: random.Random) -> None:
-    workers = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+def kill_a_worker(job: Job, rng: random.Random) -> None:
+    workers = job.workers()
     if len(workers) != 2:
         raise RuntimeError(f"expected 2 workers under torchrun, found {len(workers)}")
     subprocess.run(["kill", "-KILL", rng.choice(workers)], check=True)
 
 
-def kill_and_recover(text: Path, work: Path, kills: int, seed: int) -> dict:
+def kill_and_recover(text: Path, work: Path, kills: int, seed: int, nodes: int = 1) -> dict:
     rng = random.Random(seed)
-    reference = torchrun(text, work / "reference", 0)
-    if reference.wait() != 0:
-        raise RuntimeError("the reference run failed: " + (work / "reference.log").read_text()[-2000:])
-    run, log, lost, recovery = work / "killed", work / "killed.log", [], []
-    job = torchrun(text, run, kills)
+    reference = Job(text, work / "reference", 0, nodes)
+    if reference.wait(timeout=1800) != 0:
+        raise RuntimeError("the reference run failed: " + reference.log.read_text()[-2000:])
+    run, lost, recovery = work / "killed", [], []
+    job = Job(text, run, kills, nodes)
+    log = job.log
     try:
         started = wait_for_step(job, run, 0)
         for restarts in range(kills):
@@ -112,11 +152,14 @@ def main() -> None:
     parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill times and of which worker")
+    parser.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                        help="2: two simulated nodes (a torchrun agent each, c10d rendezvous), one worker each")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        result = kill_and_recover(ROOT / "corpora" / "shakespeare.txt", Path(tmp), args.kills, args.seed)
+        result = kill_and_recover(ROOT / "corpora" / "shakespeare.txt", Path(tmp), args.kills, args.seed, args.nodes)
     lost, recovery = result["steps_lost"], result["recovery_seconds"]
-    print(f"\n{args.kills} kills of one of 2 torchrun workers, seed {args.seed}; a 1x64 LSTM, batch 8 x 32, "
+    where = "on one node" if args.nodes == 1 else "on 2 simulated nodes, one each"
+    print(f"\n{args.kills} kills of one of 2 torchrun workers {where}, seed {args.seed}; a 1x64 LSTM, batch 8 x 32, "
           f"a checkpoint every {FLAGS[FLAGS.index('--eval-every') + 1]} steps\n")
     print("| measure | value |\n| --- | ---: |")
     print(f"| kills survived (torchrun restarts) | {len(lost)} of {args.kills} |")

@@ -9,6 +9,8 @@ with checksums, never pickle; reads that trust nothing about a file), config.jso
       model.safetensors         latest weights
       best.safetensors          best weights by validation loss
       trainer/state.safetensors the trainer state (chargen.trainer_state): what a resume needs
+      trainer/step-*.safetensors with --keep N: the last N+1 resume points by step (the latest
+                                is a second name of state.safetensors), for --resume-from
       metrics.jsonl             one JSON line per log or validation event
       train_items.safetensors   lines mode: a hash of every training item (see ``lines``)
       tb/                       with --tensorboard: TensorBoard's event files (``board``)
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ from .storage import (
     read_bytes,
     read_json,
     real_path,
+    temp_beside,
     tensor_header,
 )
 from .tokenizer import CharTokenizer
@@ -54,6 +56,7 @@ BEST = "best.safetensors"
 TRAINER = "trainer/state.safetensors"
 METRICS = "metrics.jsonl"
 ITEMS = "train_items.safetensors"  # lines mode: a hash of every training item
+KEPT = re.compile(r"step-(\d{9})\.safetensors")  # in trainer/: a resume point kept by --keep
 CARD = "README.md"  # a model folder's card (chargen.card)
 PAGE_FORMAT, PAGE_HEADER = "chargen-web", "model.json"
 RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS, ITEMS)
@@ -100,6 +103,8 @@ def ours(folder: Path, kind: str) -> list[Path]:
     found = [folder / name for name in names if (folder / name).is_file() or (folder / name).is_symlink()]
     if kind == "run" and (folder / TB_DIR).is_dir():
         found += sorted((folder / TB_DIR).glob("events.out.tfevents.*"))
+    if kind == "run":
+        found += [kept_path(folder, step) for step in kept_steps(folder)]
     return found + stale_temps(folder, names)
 
 
@@ -107,9 +112,12 @@ def stale_temps(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
     """Temp files that ``storage.atomic_write`` left for one of ``names`` when its process
     was killed mid-write (never read: a checkpoint is only ever the renamed, complete file)."""
     found = []
-    for name in names:
+    wanted = [(name, re.escape(Path(name).name)) for name in names]
+    if TRAINER in names:
+        wanted.append((TRAINER, KEPT.pattern))
+    for name, file_name in wanted:
         where = (folder / name).parent
-        pattern = re.compile(rf"\.{re.escape(Path(name).name)}\.\d+\.[0-9a-f]{{8}}{re.escape(TMP_SUFFIX)}")
+        pattern = re.compile(rf"\.{file_name}\.\d+\.[0-9a-f]{{8}}{re.escape(TMP_SUFFIX)}")
         if where.is_dir():
             found += [p for p in where.iterdir() if pattern.fullmatch(p.name) and p.is_file()]
     return found
@@ -179,6 +187,48 @@ def has_resume_point(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a training run with a checkpoint to resume from (one that
     died before its first checkpoint has none: starting it again loses nothing)."""
     return describe_folder(run_dir) == "run" and (run_dir / TRAINER).is_file()
+
+
+def kept_path(run_dir: Path, step: int) -> Path:
+    """Where --keep keeps the resume point of ``step``."""
+    return run_dir / Path(TRAINER).parent / f"step-{step:09d}.safetensors"
+
+
+def kept_steps(run_dir: Path) -> list[int]:
+    """The steps whose resume points ``run_dir`` keeps (regular files by their names)."""
+    where = run_dir / Path(TRAINER).parent
+    if not where.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in where.iterdir() if (m := KEPT.fullmatch(p.name)) and p.is_file())
+
+
+def resume_point(run_dir: Path, step: int | None) -> Path:
+    """The file a resume reads: the latest resume point, or (``step``) the one kept there."""
+    if step is None:
+        return run_dir / TRAINER
+    kept = kept_steps(run_dir)
+    if step not in kept:
+        held = f"it keeps steps {', '.join(f'{s:,}' for s in kept)}" if kept else "it keeps none (--keep N keeps them)"
+        raise ChargenError(f"{run_dir} has no resume point kept at step {step:,}; {held}")
+    return kept_path(run_dir, step)
+
+
+def checkpoint_bytes(n_params: int, carried: int = 0) -> int:
+    """A resume point's size: the weights, AdamW's two moments and ``carried`` state values,
+    all float32 (the header and the RNG states are a few kB)."""
+    return 4 * (3 * n_params + carried)
+
+
+def describe_disk(run_dir: Path, n_params: int, carried: int, keep: int, save_every: float | None) -> str:
+    """What the run's checkpoints take on disk, what is free there, and when they are saved:
+    said at start-up."""
+    size = memory.size_text
+    state, weights = checkpoint_bytes(n_params, carried), 4 * n_params
+    kept = f", {size(state)} for each of the {keep} earlier ones kept (--keep)" if keep else ""
+    clock = f" and every {save_every:g} min (--save-every)" if save_every else ""
+    return (f"checkpoints: {size(state)} for the resume point and {size(weights)} for each of the latest and best "
+            f"weights{kept}; {size(state * (1 + keep) + 2 * weights)} in all, with "
+            f"{size(shutil.disk_usage(run_dir).free)} free there; saved with each validation{clock}")
 
 
 def check_resumable(run_dir: Path) -> RunRecord:
@@ -299,7 +349,7 @@ def check_finite(tensors: dict[str, torch.Tensor], path: Path) -> None:
 # --- writing a folder whole -----------------------------------------------------------------
 def new_sibling(target: Path) -> Path:
     """A fresh temp folder beside ``target`` (same file system: a rename moves it)."""
-    folder = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+    folder = temp_beside(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         folder.mkdir()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import os
 import sys
 import time
@@ -14,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import checkpoint
-from .checks import MAX_SEED
 from .config import DEFAULT_EPOCHS, TrainConfig
 from .corpus import MAX_VAL_CHARS, load_corpus
 from .device import PRECISIONS
 from .errors import ChargenError
+from .flag_types import finite_float, positive_float, positive_int, resume_mode, seed, whole_number
 from .lines import MODES
 from .model import ModelConfig
 from .portable import RNGS
@@ -38,43 +37,6 @@ MODEL_FLAGS = ("embedding", "hidden", "layers", "dropout")
 # stand; the defaults shown in --help come from the config dataclasses.
 TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 MODEL_DEFAULTS = {f.name: f.default for f in fields(ModelConfig) if f.name != "vocab_size"}
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {value}")
-    return value
-
-
-def finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = finite_float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-    return value
-
-
-def seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_SEED}, not {value}")
-    return value
 
 
 class Parser(argparse.ArgumentParser):
@@ -117,6 +79,9 @@ def add_train(commands: argparse._SubParsersAction) -> None:
                    help="continue the run in --out where it stopped; --resume auto: continue it if --out holds "
                    "one, else start it (one command that starts a job and restarts it, as torchrun "
                    "--max-restarts does)")
+    t.add_argument("--resume-from", type=whole_number, metavar="STEP",
+                   help="resume from the resume point kept at STEP (see --keep) instead of the latest; later ones "
+                   "stay on disk")
     t.add_argument("--force", action="store_true", help="replace a run already in --out")
     data = t.add_argument_group("data")
     data.add_argument("--mode", choices=MODES,
@@ -199,6 +164,11 @@ def add_training_options(t: argparse.ArgumentParser) -> None:
     opt.add_argument("--eval-every", type=positive_int,
                      help=f"steps between validations and checkpoints (default {d['eval_every']}; with --max-time, "
                      "spaced out where validating this often would take more than 5%% of the time)")
+    opt.add_argument("--save-every", type=positive_float, metavar="MINUTES",
+                     help="also save a checkpoint every MINUTES of training (default: only with validations)")
+    opt.add_argument("--keep", type=whole_number, metavar="N",
+                     help="keep the N resume points before the latest (trainer/step-*.safetensors, the oldest deleted "
+                     "first) for --resume-from (default 0)")
     opt.add_argument("--patience", type=positive_int, metavar="K",
                      help="stop early after K validations on the whole validation text without a better loss; "
                      "the best weights stay in best.safetensors (default: run the whole plan)")
@@ -277,13 +247,6 @@ def add_export(commands: argparse._SubParsersAction) -> None:
                    "fp16 (half the download; the text may differ)")
 
 
-def resume_mode(text: str) -> str:
-    if text not in ("yes", "auto"):  # (a file name after --resume: it takes one word, auto, or none)
-        raise argparse.ArgumentTypeError(f"--resume takes no value or auto, not {text!r}: put the text file before "
-                                         "--resume, or write --resume auto")
-    return text
-
-
 def given(args: argparse.Namespace, names: tuple[str, ...] | list[str]) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
@@ -312,7 +275,7 @@ def configs_from_args(args: argparse.Namespace, saved: RunRecord | None) -> tupl
 def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .distributed import from_environment, leave
+    from .distributed import from_environment, leave, shared_store_advice
     from .train import train
 
     run_dir = Path(args.out) if args.out else Path("runs") / Path(args.text_file[0]).stem
@@ -322,6 +285,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     args.resume = args.resume == "yes" or (auto and checkpoint.has_resume_point(run_dir))
     # (a run of this command that died before its first checkpoint is started again: nothing is lost)
     force = args.force or (auto and not args.resume and checkpoint.describe_folder(run_dir) == "run")
+    if args.resume_from is not None:
+        if auto:  # (a restart would go back to STEP every time)
+            raise ChargenError("--resume-from STEP goes back to STEP on every start; use it with --resume or alone, "
+                               "not with --resume auto")
+        args.resume = True
     if auto and args.resume:
         args.init_from = None  # (the run started from it, and its record keeps that)
     saved = checkpoint.check_resumable(run_dir) if args.resume else None  # (refused before a long read of the text)
@@ -351,11 +319,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         if ranks.active and all(ranks.any((args.resume, not args.resume), device)):
             raise ChargenError(f"the processes disagree on whether {run_dir} holds a run to resume: every node must "
                                "see the same run folder (a shared file system)")
+        if ranks.main and (advice := shared_store_advice()):
+            log(advice)
         if auto and ranks.main:
             log(f"--resume auto: {'resuming the run' if args.resume else 'no run to resume yet, starting one'} in "
                 f"{run_dir}")
         result = train(corpus, run_dir, model_config, replace(config, device=device), resume=args.resume,
-                       force=force, log=log, progress_bar=not args.quiet, ranks=ranks)
+                       resume_from=args.resume_from, force=force, log=log, progress_bar=not args.quiet, ranks=ranks)
     finally:
         leave(finished=result is not None)
     return {"done": 0, "time": 0, "interrupted": 130, "patience": 0}[result.stopped]

@@ -14,6 +14,7 @@ from .schedule import BatchScaling, WarmupDecay
 DEFAULT_EPOCHS = 10
 MAX_SAMPLE_CHARS = 100_000  # the sample printed at each validation: past this, a long wait for a glimpse
 MAX_EPOCHS = 1e9  # a bound that keeps every step count an exact integer
+MAX_KEEP = 10_000  # --keep: a bound on the files of one run folder
 
 
 @dataclass
@@ -37,6 +38,8 @@ class TrainConfig:
     steps: int | None = None
     max_time: float | None = None  # seconds for this invocation; the plan shrinks to fit
     eval_every: int = 250
+    save_every: float | None = None  # minutes between checkpoints besides those of validations
+    keep: int = 0  # earlier resume points kept besides the latest (for --resume-from)
     patience: int | None = None  # stop after this many whole-text validations without a better loss
     log_every: int = 10
     sample_chars: int = 200
@@ -52,7 +55,7 @@ class TrainConfig:
         for name in ("batch_size", "bptt", "bucket_factor", "eval_every", "log_every"):
             if getattr(self, name) <= 0:
                 raise ChargenError(f"--{name.replace('_', '-')} must be positive, not {getattr(self, name)}")
-        for name in ("epochs", "steps", "max_time", "clip"):
+        for name in ("epochs", "steps", "max_time", "clip", "save_every"):
             value = getattr(self, name)
             if value is not None and not 0 < value < math.inf:
                 raise ChargenError(f"--{name.replace('_', '-')} must be positive and finite, not {value}")
@@ -73,6 +76,8 @@ class TrainConfig:
             raise ChargenError(f"--sample-chars must be 0 to {MAX_SAMPLE_CHARS:,}, not {self.sample_chars}")
         if not 0 <= self.seed <= MAX_SEED:
             raise ChargenError(f"--seed must be 0 to {MAX_SEED:,}, not {self.seed}")
+        if not 0 <= self.keep <= MAX_KEEP:
+            raise ChargenError(f"--keep must be 0 to {MAX_KEEP:,}, not {self.keep}")
         if self.patience is not None and self.patience < 1:
             raise ChargenError(f"--patience must be 1 or more, not {self.patience}")
         if self.precision not in PRECISIONS:

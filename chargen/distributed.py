@@ -134,16 +134,31 @@ def from_environment(device: str = "auto") -> tuple[Ranks, str]:
 
 
 def join_group(backend: str, rank: int, world: int) -> None:
-    """``init_process_group`` on torchrun's store, with this attempt's keys apart from the
-    last one's. After a restart (``--max-restarts``) the store torchrun shares with its
-    workers still holds the dead attempt's addresses under the same keys, and a rank that
-    read one failed to connect ("Gloo connectFullMesh failed ... Connection refused", in
-    about 1 restart in 4 here); TORCHELASTIC_RESTART_COUNT, which torchrun sets for every
-    worker it starts, names the attempt."""
+    """``init_process_group`` on the store torchrun's workers share. torchrun's agent keeps
+    one store for all its workers' attempts by default, and after a restart
+    (``--max-restarts``) it still held the dead attempt's addresses under the same keys: a
+    rank that read one failed to connect ("Gloo connectFullMesh failed ... Connection
+    refused", in about 1 restart in 4 here). On one machine (one agent) each attempt's keys go
+    apart, under the attempt's number (TORCHELASTIC_RESTART_COUNT, which that agent sets for
+    all its workers). Agents on several machines count their restarts apart (a restart for a
+    new member is not counted), so there the attempts cannot be named alike: with
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 every attempt gets a new store instead (see
+    ``shared_store_advice``)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
+        return
     store, _, _ = next(dist.rendezvous("env://"))  # (torchrun's own store, as init_process_group finds it)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(backend, store=dist.PrefixStore(f"chargen/attempt-{attempt}", store), rank=rank,
                             world_size=world)
+
+
+def shared_store_advice() -> str | None:
+    """A line for a job on several machines whose restarts would share one store (above)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
+        return ("torchrun on several machines: export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun on each, "
+                "so that a restart (--max-restarts) starts with a store of its own (docs/training.md)")
+    return None
 
 
 def leave(finished: bool = False) -> None:

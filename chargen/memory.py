@@ -128,7 +128,9 @@ def check_loadable(config: ModelConfig, device: torch.device) -> None:
 
 
 def size_text(n: float) -> str:
-    return f"{n / 2**30:,.1f} GB" if n >= 2**29 else f"{n / 2**20:,.0f} MB"
+    if n >= 2**29:
+        return f"{n / 2**30:,.1f} GB"
+    return f"{n / 2**20:,.0f} MB" if n >= 10 * 2**20 else f"{n / 2**20:,.1f} MB"
 
 
 def check_fits(need: TrainingMemory, device: torch.device, available: int | None) -> None:

@@ -33,6 +33,7 @@ from .model import CharLSTM, ModelConfig
 from .modes import Mode, mode_of
 from .record import CorpusInfo, InitFrom, RunRecord, Summary, write_record
 from .schedule import BatchScaling, WarmupDecay, format_schedule
+from .storage import atomic_link
 from .tokenizer import CharTokenizer
 from .trainer_state import Progress, TrainerState
 from .version import __version__
@@ -85,16 +86,19 @@ class RunText:
 
 
 def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None, config: TrainConfig, *,
-                resume: bool = False, force: bool = False, log: Log | None = None, ranks: Ranks = SINGLE
-                ) -> PreparedRun:
-    """Set up (or with ``resume``, read back) the run in ``run_dir`` on ``corpus``; logs its
-    start-up report through ``log``."""
+                resume: bool = False, resume_from: int | None = None, force: bool = False, log: Log | None = None,
+                ranks: Ranks = SINGLE) -> PreparedRun:
+    """Set up (or with ``resume``, read back: from the latest resume point, or the one kept
+    at step ``resume_from``) the run in ``run_dir`` on ``corpus``; logs its start-up report
+    through ``log``."""
     log = log or (lambda message: None)
+    resume = resume or resume_from is not None
     check_distributed(corpus, config, ranks)
     if config.tensorboard:
         board.check_available()
     device = resolve_device(config.device)
     saved = checkpoint.check_resumable(run_dir) if resume else None
+    source = checkpoint.resume_point(run_dir, resume_from) if resume else None
     dtype, precision_note = choose_precision(config.precision, device, ranks, saved.precision_used if saved else None)
     text = run_text(corpus, run_dir, saved, model_config, config)
     feed = make_feed(text.corpus, config, device, ranks)
@@ -112,7 +116,7 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     record = replace(run_record(model_config, config, text.corpus, text.default_prime, model.num_parameters(), dtype),
                      init_from=text.init_from)
     my_streams = ranks.block(config.batch_size)
-    start_or_resume(run_dir, resume, force, need.parameters, state, record, text, device, ranks, my_streams, log)
+    start_or_resume(run_dir, source, force, need.parameters, state, record, text, device, ranks, my_streams, log)
     scaling, schedule = plan_schedule(config, feed, state.progress)
     run = PreparedRun(run_dir, text.corpus, config, model_config, text.tokenizer, text.default_prime, device, dtype,
                       ranks, feed, model, net, state, my_streams, scaling, schedule, record, probe_seconds, resume)
@@ -313,22 +317,26 @@ def run_record(model_config: ModelConfig, config: TrainConfig, corpus: Corpus, d
                      chargen_version=__version__)
 
 
-def start_or_resume(run_dir: Path, resume: bool, force: bool, n_params: int, state: TrainerState, record: RunRecord,
-                    text: RunText, device: torch.device, ranks: Ranks, my_streams: slice, log: Log) -> None:
+def start_or_resume(run_dir: Path, source: Path | None, force: bool, n_params: int, state: TrainerState,
+                    record: RunRecord, text: RunText, device: torch.device, ranks: Ranks, my_streams: slice,
+                    log: Log) -> None:
     """A new run folder (its record first: from then on the folder is chargen's), or the
-    resume point of the run in it read into ``state``."""
-    progress = state.progress
-    if resume:
+    resume point ``source`` of the run in it read into ``state``."""
+    progress, kept_copies = state.progress, 3 * record.train.keep  # (a resume point: 3 copies of the weights)
+    if source is not None:
         if ranks.main and (stale := checkpoint.remove_stale_temps(run_dir)):
             log(f"removed {stale} partial file{'s' * (stale > 1)} left by a process stopped mid-write")
-        ranks.check_on_main(lambda: checkpoint.check_room(run_dir, 4 * n_params * checkpoint.RESUME_COPIES))
+        ranks.check_on_main(lambda: checkpoint.check_room(
+            run_dir, 4 * n_params * (checkpoint.RESUME_COPIES + kept_copies)))
         requested = progress.requested_steps
-        state.load(run_dir, device, my_streams)
+        state.load(run_dir, device, my_streams, source)
         if progress.requested_steps != requested:  # a new plan was asked for
             progress.requested_steps = progress.total_steps = requested
+        if source != run_dir / checkpoint.TRAINER:
+            ranks.check_on_main(lambda: branch_from(run_dir, source, progress.step, log))
     else:
         def start_folder() -> None:
-            checkpoint.prepare_new_run(run_dir, force, 4 * n_params * checkpoint.NEW_RUN_COPIES)
+            checkpoint.prepare_new_run(run_dir, force, 4 * n_params * (checkpoint.NEW_RUN_COPIES + kept_copies))
             write_record(run_dir, record)
             checkpoint.write_tokenizer(run_dir, text.tokenizer)
             if mode_of(text.corpus.mode).items:
@@ -337,6 +345,17 @@ def start_or_resume(run_dir: Path, resume: bool, force: bool, n_params: int, sta
         ranks.check_on_main(start_folder)
     if ranks.active:  # different dropout on every rank, as over one batch
         torch.manual_seed(record.train.seed + 7919 * ranks.rank + progress.step)
+
+
+def branch_from(run_dir: Path, source: Path, step: int, log: Log) -> None:
+    """--resume-from: the kept resume point becomes the latest, so that a later --resume goes
+    on from here, not from the states given up (they stay kept, under their own steps)."""
+    atomic_link(source, run_dir / checkpoint.TRAINER)
+    later = [s for s in checkpoint.kept_steps(run_dir) if s > step]
+    if later:
+        log(f"resuming from the resume point kept at step {step:,}; the ones after it (steps "
+            f"{', '.join(f'{s:,}' for s in later)}) are no longer this run's: they stay until you delete them "
+            "(one is replaced if this run saves at its step)")
 
 
 def plan_schedule(config: TrainConfig, feed: StreamFeed | LinesFeed, progress: Progress
@@ -389,6 +408,9 @@ def start_report(run: PreparedRun, precision_note: str, sizing: list[str]) -> li
         lines.append(format_schedule(run.scaling.describe(config.batch_size, feed.steps_per_epoch, run.schedule)))
     if run.schedule.warmup_steps < round(run.scaling.warmup_epochs(config.batch_size) * feed.steps_per_epoch):
         lines.append(f"warmup cut to {run.schedule.warmup_steps:,} steps: half of this short plan")
+    carried = 2 * run.model_config.layers * config.batch_size * run.model_config.hidden if feed.carries_state else 0
+    lines.append(checkpoint.describe_disk(run.run_dir, run.model.num_parameters(), carried, config.keep,
+                                          config.save_every))
     if config.patience is not None:
         so_far = f" ({progress.since_best} so far)" if progress.since_best else ""
         lines.append(f"early stop: after {config.patience} validations on the whole validation text without a "

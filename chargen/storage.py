@@ -10,10 +10,12 @@ exactly the bytes the file holds before any tensor is read or hashed.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import secrets
+import shutil
 import stat
 import struct
 from pathlib import Path
@@ -35,7 +37,7 @@ def atomic_write(path: Path, data: bytes, then: str = "resume") -> None:
     """Write to a temp file in the same folder, fsync, then rename over ``path``: a reader
     (or a crash) sees the old file or the new one, never half of one. ``then``: what to do
     once the disk or folder is fixed, if the write fails."""
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+    tmp = temp_beside(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # os.open rather than mkstemp: the file gets the usual umask permissions, not 0600.
@@ -55,6 +57,37 @@ def atomic_write(path: Path, data: bytes, then: str = "resume") -> None:
     except OSError as e:  # a full disk, a read-only or vanished folder: the old file stands
         raise ChargenError(f"could not write {path} ({e.strerror or e}); free some disk space or fix the "
                            f"folder, then {then}: the previous {path.name} is intact") from None
+
+
+def temp_beside(path: Path) -> Path:
+    """A new temp file's name beside ``path``: .NAME.PID.RANDOM.tmp."""
+    return path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+
+
+# A file system without hard links (some network and FUSE ones): the file is copied instead.
+NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS)
+
+
+def atomic_link(source: Path, path: Path) -> None:
+    """``path`` becomes a second name for the complete file ``source``, put in place by one
+    rename as in ``atomic_write``: a hard link (no copy: the bytes stay on disk once
+    ``source`` is replaced by a newer file), or a copy where the file system has no links."""
+    tmp = temp_beside(path)
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError as e:
+            if e.errno not in NO_LINKS:
+                raise
+            shutil.copyfile(source, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_folder(path.parent)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise ChargenError(f"could not write {path} ({e.strerror or e}); free some disk space or fix the folder, "
+                           "then resume: the run's latest checkpoint is intact") from None
 
 
 def fsync_folder(folder: Path) -> None:

@@ -91,6 +91,7 @@ def train(
     config: TrainConfig | None = None,
     *,
     resume: bool = False,
+    resume_from: int | None = None,
     force: bool = False,
     log: Callable[[str], None] | None = None,
     progress_bar: bool = False,
@@ -98,7 +99,8 @@ def train(
     stop: threading.Event | None = None,
     ranks: Ranks = SINGLE,
 ) -> TrainResult:
-    """Train (or with ``resume``, continue) the run in ``run_dir`` on ``corpus``.
+    """Train (or with ``resume``, continue) the run in ``run_dir`` on ``corpus``; with
+    ``resume_from`` as well, from the resume point kept at that step (``config.keep``).
 
     ``on_event`` gets every metrics event as it is written (train, val) and the samples
     drawn at each validation (``{"event": "sample", "texts": [...]}``, not written);
@@ -107,8 +109,8 @@ def train(
     this is: ``config.batch_size`` is the global batch, and only rank 0 writes or logs."""
     if not ranks.main:  # one voice: rank 0 logs, shows progress and reports events
         log, progress_bar, on_event = None, False, None
-    run = prepare_run(corpus, Path(run_dir), model_config, config or TrainConfig(), resume=resume, force=force,
-                      log=log, ranks=ranks)
+    run = prepare_run(corpus, Path(run_dir), model_config, config or TrainConfig(), resume=resume,
+                      resume_from=resume_from, force=force, log=log, ranks=ranks)
     return Trainer(run, log=log, progress_bar=progress_bar, on_event=on_event).fit(stop)
 
 
@@ -154,6 +156,23 @@ class LogWindow:
             self.start = now
 
 
+class SaveClock:
+    """--save-every: whether its minutes have passed since the last checkpoint (on any rank:
+    they all save together)."""
+
+    def __init__(self, minutes: float | None, ranks: Ranks, device: torch.device) -> None:
+        self.seconds, self.ranks, self.device = None if minutes is None else 60 * minutes, ranks, device
+        self.last = time.perf_counter()
+
+    def saved(self) -> None:
+        self.last = time.perf_counter()
+
+    def due(self) -> bool:
+        if self.seconds is None:
+            return False
+        return self.ranks.any((time.perf_counter() - self.last >= self.seconds,), self.device)[0]
+
+
 class Trainer:
     """The loop of one prepared run (chargen.prepare): ``fit`` trains it. The pieces of a
     step are methods, in the order ``fit`` calls them; this object holds only what the loop
@@ -178,6 +197,7 @@ class Trainer:
                         disable=not (progress_bar and main), file=sys.stderr,
                         mininterval=0.5 if sys.stderr.isatty() else 30)
         self.check_every_step = run.device.type == "cpu" and not run.ranks.active
+        self.save_clock = SaveClock(run.config.save_every, run.ranks, run.device)
 
     def fit(self, stop: threading.Event | None = None) -> TrainResult:
         progress, config, feed, budget = self.run.state.progress, self.run.config, self.run.feed, self.budget
@@ -218,6 +238,11 @@ class Trainer:
                     if self.out_of_patience() and not at_end:
                         early = "patience"
                         break
+                # checkpoint by the clock, at a log step: its window's loss was just found finite
+                if progress.step % config.log_every == 0 and saved_at != progress.step and self.save_clock.due():
+                    self.save()
+                    saved_at = progress.step
+                    self.log(f"checkpoint at step {progress.step:,} (--save-every {config.save_every:g} min)")
                 # stop
                 if policy.should_stop(at_log_step=progress.step % config.log_every == 0):
                     break
@@ -421,8 +446,9 @@ class Trainer:
         carry = self.run.state.carry
         full_carry = carry if carry is None else tuple(self.run.ranks.gather_streams(part) for part in carry)
         if self.run.ranks.main:
-            self.run.state.save(self.run.run_dir, asdict(self.run.config), full_carry)
+            self.run.state.save(self.run.run_dir, asdict(self.run.config), full_carry, self.run.config.keep)
         self.write_config()
+        self.save_clock.saved()
 
     def recover(self, where: str) -> None:
         """A NaN or inf ``where``: never train on it. Go back to the last checkpoint with half

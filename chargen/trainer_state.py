@@ -6,15 +6,15 @@ stopped. The bytes go through ``storage`` (safetensors with a checksum, never pi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .checkpoint import TRAINER, WEIGHTS
+from .checkpoint import TRAINER, WEIGHTS, kept_path
 from .errors import ChargenError
-from .storage import load_tensors, save_tensors
+from .storage import atomic_link, load_tensors, save_tensors
 
 
 # --- optimizer state <-> flat tensors -----------------------------------------------------
@@ -60,6 +60,7 @@ class Progress:
     val_seconds: float = 0.0  # validation and its samples
     lr_factor: float = 1.0  # halved each time a NaN or inf loss sends the run back to a checkpoint
     nonfinite: int = 0  # how many times that has happened
+    kept: list[int] = field(default_factory=list)  # --keep: the steps of the resume points kept, oldest first
 
 
 @dataclass
@@ -75,9 +76,15 @@ class TrainerState:
     progress: Progress
     carry: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def save(self, run_dir: Path, train_config: dict, carry: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+    def save(self, run_dir: Path, train_config: dict, carry: tuple[torch.Tensor, torch.Tensor] | None,
+             keep: int = 0) -> None:
         """The resume point in one atomic file, then the latest weights for inference.
-        ``carry``: the state of all the streams (distributed, gathered from every rank)."""
+        ``carry``: the state of all the streams (distributed, gathered from every rank).
+        ``keep``: besides the latest, the resume points of the last ``keep`` saves are kept
+        (trainer/step-*.safetensors), the oldest deleted first, once the new one is in place."""
+        step = self.progress.step
+        line = [s for s in self.progress.kept if s != step] + [step]  # (a step saved twice is kept once)
+        self.progress.kept, retired = (line[-(keep + 1):], line[:-(keep + 1)]) if keep else ([], line[:-1])
         weights = self.model.state_dict()
         optim_tensors, optim_info = flatten_optimizer(self.optimizer.state_dict())
         tensors = {f"model/{k}": v for k, v in weights.items()} | optim_tensors
@@ -94,12 +101,18 @@ class TrainerState:
             "grad_scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
         }
         save_tensors(run_dir / TRAINER, tensors, meta)
-        save_tensors(run_dir / WEIGHTS, weights, {"step": self.progress.step})
+        if keep:
+            atomic_link(run_dir / TRAINER, kept_path(run_dir, step))
+        for old in retired:
+            kept_path(run_dir, old).unlink(missing_ok=True)
+        save_tensors(run_dir / WEIGHTS, weights, {"step": step})
 
-    def load(self, run_dir: Path, device: torch.device, streams: slice = slice(None)) -> None:
-        """Load the resume point into this state, in place: the carried state of ``streams``
-        (a rank's block of them, distributed) and the progress are replaced."""
-        path = run_dir / TRAINER
+    def load(self, run_dir: Path, device: torch.device, streams: slice = slice(None), path: Path | None = None
+             ) -> None:
+        """Load the resume point (the latest, or ``path``: one kept by --keep) into this
+        state, in place: the carried state of ``streams`` (a rank's block of them,
+        distributed) and the progress are replaced."""
+        path = path or run_dir / TRAINER
         tensors, meta = load_tensors(path, run_dir, f"{run_dir} has no training checkpoint yet (it stopped before "
                                      "the first save, so nothing of it would be lost): start it again with --force")
         try:
@@ -111,6 +124,8 @@ class TrainerState:
             if "rng/cuda" in tensors and device.type == "cuda":
                 torch.cuda.set_rng_state(tensors["rng/cuda"])
             progress = Progress(**meta["progress"])
+            if not (isinstance(progress.kept, list) and all(type(s) is int and s >= 0 for s in progress.kept)):
+                raise ValueError(f"kept: {progress.kept!r}")
             if self.scaler.is_enabled() and meta.get("grad_scaler"):
                 self.scaler.load_state_dict(meta["grad_scaler"])
         except (KeyError, TypeError, ValueError, RuntimeError) as e:

@@ -123,6 +123,11 @@ def files(tmp_path):
         (["sample", "{d}/folder"], "config.json is missing"),
         (["train", "{d}/short.txt", "--out", "{d}/new", "--resume"], "holds no run to resume; drop --resume"),
         (["train", "--resume", "{d}/short.txt"], "--resume takes no value or auto, not .*: put the text file before"),
+        (["train", "{d}/short.txt", "--keep", "-1"], "--keep: must be 0 or more, not -1"),
+        (["train", "{d}/short.txt", "--save-every", "0"], "--save-every: must be positive"),
+        (["train", "{d}/short.txt", "--resume-from", "ten"], "--resume-from: 'ten' is not a whole number"),
+        (["train", "{d}/short.txt", "--resume", "auto", "--resume-from", "10"], "not with --resume auto"),
+        (["train", "{d}/short.txt", "--out", "{d}/new", "--resume-from", "10"], "holds no run to resume"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(capsys, files, args, pattern):

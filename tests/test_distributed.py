@@ -1,10 +1,12 @@
 """Training under torchrun: 2 processes with gloo on the CPU, against one process over the
-same global batch."""
+same global batch; two simulated nodes; a lost worker and a lost node."""
 
+import contextlib
 import json
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,6 +19,8 @@ import torch
 from safetensors.torch import load_file
 
 import chargen
+import chargen.cli
+from benchmarks.common import free_port, listening
 from chargen import ChargenError, load_corpus, train
 from chargen.cli import main
 from chargen.distributed import Ranks
@@ -159,17 +163,12 @@ def test_bf16_autocast_on_cpu_trains_and_samples(tmp_path, text_file):
 
 def test_under_torchrun_one_process_joins_the_group_too(monkeypatch):
     """torchrun with one process runs the distributed code (DDP, agreement) as with many."""
-    import socket
-
     import torch.distributed as dist
 
     from chargen.distributed import from_environment, leave
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
         monkeypatch.setenv(name, value)
     ranks, device = from_environment("cpu")
@@ -207,20 +206,185 @@ def test_a_worker_killed_mid_run_is_survived_through_torchruns_restart(text_file
         job = subprocess.Popen([*TORCHRUN, "--max-restarts=3", *flags, "--out", "killed"], cwd=tmp_path,
                                env=TORCHRUN_ENV, stdout=output, stderr=subprocess.STDOUT)
     try:
-        metrics, logs, deadline = tmp_path / "killed" / "metrics.jsonl", random.randint(5, 20), time.time() + 120
-        while not (metrics.exists() and metrics.read_text().count('"train"') >= logs) and time.time() < deadline:
-            time.sleep(0.02)
-        workers = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
-        assert len(workers) == 2, "torchrun should run two workers"
-        os.kill(int(workers[1]), signal.SIGKILL)
-        logged = max(json.loads(line)["step"] for line in metrics.read_text().splitlines())
+        wait_for_logs(tmp_path / "killed", random.randint(5, 20))
+        pids = workers(job)
+        assert len(pids) == 2, "torchrun should run two workers"
+        os.kill(pids[1], signal.SIGKILL)
+        logged = last_logged(tmp_path / "killed")  # (after the kill: the other rank waits at its next sum)
         job.wait(timeout=240)
     finally:
         job.kill()
     out = log.read_text()
     assert job.returncode == 0, out[-3000:]
-    resumed_from = int(re.search(r"--resume auto: resuming.*?from step ([\d,]+)", out, re.S).group(1).replace(",", ""))
-    assert 0 <= logged - resumed_from <= 10 and "finished at step 300 of 300" in out
+    assert 0 <= logged - resumed_from(out) <= 10 and "finished at step 300 of 300" in out
     torchrun([*flags, "--out", "whole"], tmp_path)
     killed, whole = (load_file(tmp_path / run / "model.safetensors") for run in ("killed", "whole"))
     assert all(torch.equal(killed[name], whole[name]) for name in whole)
+
+
+# --- two nodes, simulated: two torchrun agents on this machine, one process each ------------
+NODES_ENV = TORCHRUN_ENV | {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # (as docs/training.md says for nodes)
+
+
+class Nodes:
+    """Two torchrun agents meeting at a c10d rendezvous on 127.0.0.1, as on two machines
+    sharing a file system; node 0 starts first and hosts the rendezvous, as the machine at
+    --rdzv-endpoint does."""
+
+    def __init__(self, args: list[str], cwd: Path, restarts: int = 0) -> None:
+        self.port, self.cwd, self.agents = free_port(), cwd, []
+        self.command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id",
+                        f"chargen-{self.port}", f"--max-restarts={restarts}", *args]
+
+    def start(self) -> None:
+        self.agents = [self.agent(0)]
+        deadline = time.time() + 60
+        while not listening(self.port) and time.time() < deadline:  # (node 1 joins once node 0 hosts it)
+            time.sleep(0.05)
+        self.agents.append(self.agent(1))
+
+    def agent(self, node: int) -> subprocess.Popen:
+        with (self.cwd / f"node{node}.log").open("a") as output:
+            return subprocess.Popen(self.command, cwd=self.cwd, env=NODES_ENV, stdout=output,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        return "".join((self.cwd / f"node{node}.log").read_text() for node in (0, 1))
+
+    def wait(self) -> None:
+        try:
+            codes = [agent.wait(timeout=240) for agent in self.agents]
+        finally:
+            self.kill()
+        assert codes == [0, 0], self.log()[-3000:]
+
+    def kill(self, node: int | None = None) -> None:
+        """SIGKILL a node's agent and its worker (all of them by default): a machine lost."""
+        for agent in self.agents if node is None else [self.agents[node]]:
+            for pid in [*workers(agent), agent.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            agent.wait()
+
+
+def workers(agent: subprocess.Popen) -> list[int]:
+    return [int(pid) for pid in subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True,
+                                               text=True).stdout.split()]
+
+
+def wait_for_logs(run: Path, logs: int) -> None:
+    """Wait until the run has written ``logs`` training log lines."""
+    metrics, deadline = run / "metrics.jsonl", time.time() + 120
+    while not (metrics.exists() and metrics.read_text().count('"train"') >= logs) and time.time() < deadline:
+        time.sleep(0.02)
+
+
+def last_logged(run: Path) -> int:
+    return max(json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines())
+
+
+@pytest.mark.once  # (two agents' plumbing; what each trains is the two processes' test above)
+def test_two_nodes_train_like_one_process(text_file, tmp_path):
+    nodes = Nodes(["-m", "chargen", "train", str(text_file), "--out", "two", *FLAGS], tmp_path)
+    nodes.start()
+    nodes.wait()
+    assert main(["train", str(text_file), "--out", str(tmp_path / "one"), *FLAGS]) == 0
+    assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), rel=1e-5)
+    assert "4 on each of 2 processes" in nodes.log() and nodes.log().count("finished at step 30 of 30") == 1
+
+
+@pytest.mark.once
+def test_on_two_nodes_a_lost_worker_and_a_lost_node_are_survived(text_file, tmp_path):
+    """A worker SIGKILLed on node 1: both agents start their workers again (--max-restarts)
+    and the run goes on from its last checkpoint. Node 1 lost whole (agent and worker): the
+    job is started again on both, as a scheduler's requeue does, and --resume auto goes on.
+    Either way the run ends with the weights of one never interrupted, bit for bit."""
+    args = ["-m", "chargen", "train", str(text_file), *FLAGS, "--steps", "150", "--resume", "auto", "--out"]
+    runs = {run: Nodes([*args, str(tmp_path / run)], tmp_path / f"{run}-nodes", restarts=3 if run == "worker" else 0)
+            for run in ("whole", "worker", "node")}
+    for run, nodes in runs.items():
+        nodes.cwd.mkdir()
+        nodes.start()
+        if run != "whole":
+            wait_for_logs(tmp_path / run, random.randint(4, 12))
+            if run == "worker":
+                os.kill(workers(nodes.agents[1])[0], signal.SIGKILL)
+                logged = last_logged(tmp_path / run)
+            else:
+                nodes.kill(1)
+                nodes.kill()  # (the scheduler ends the job whose node was lost...)
+                logged = last_logged(tmp_path / run)
+                nodes.start()  # (... and starts it again: the same command on both nodes)
+        nodes.wait()
+        if run != "whole":
+            out = nodes.log()
+            assert 0 <= logged - resumed_from(out) <= 10 and "finished at step 150 of 150" in out, out[-3000:]
+    final = load_file(tmp_path / "whole" / "model.safetensors")
+    for run in ("worker", "node"):
+        weights = load_file(tmp_path / run / "model.safetensors")
+        assert all(torch.equal(weights[name], final[name]) for name in final), run
+
+
+def resumed_from(log: str) -> int:
+    """The step a --resume auto run went on from, by its log."""
+    return int(re.search(r"--resume auto: resuming.*?from step ([\d,]+)", log, re.S).group(1).replace(",", ""))
+
+
+def test_the_slurm_example_is_a_valid_script_with_valid_commands():
+    """examples/slurm.sbatch parses as bash, and its srun line's torchrun and chargen
+    arguments parse with torchrun's and chargen's own parsers (its variables set as SLURM
+    and the defaults would)."""
+    script = ROOT / "examples" / "slurm.sbatch"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "\nexport TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n" in text
+    args = re.search(r"^ARGS=\$\{ARGS:-(.*)\}$", text, re.M).group(1)
+    values = {"SLURM_NNODES": "2", "PROCS": "4", "HEAD": "node001", "SLURM_JOB_ID": "42", "TEXT": "t.txt",
+              "RUN": "runs/x"}
+    line = re.search(r"^srun (.*)$", text.replace("\\\n", " "), re.M).group(1)
+    line = re.sub(r"\$(\w+)", lambda m: values.get(m.group(1), f"${m.group(1)}"), line).replace("$ARGS", args)
+    words = shlex.split(line)
+    assert words[0] == "torchrun" and "$" not in " ".join(words)
+    from torch.distributed.run import get_args_parser
+
+    launch = get_args_parser().parse_args(words[1:])
+    assert (launch.nnodes, launch.rdzv_endpoint, launch.module, launch.training_script) == \
+        ("2", "node001:29500", True, "chargen")
+    train_args = chargen.cli.build_parser().parse_args(launch.training_script_args)
+    assert (train_args.resume, train_args.save_every, train_args.keep) == ("auto", 10.0, 2)
+
+
+@pytest.mark.once
+def test_ranks_that_see_different_run_folders_stop_with_one_line(text_file, tmp_path):
+    """--resume auto where rank 0 finds a run to resume and rank 1 (a machine whose folder is
+    not shared) finds none: both stop with one line saying why, before anything is written."""
+    flags = [*FLAGS, "--steps", "10"]
+    assert main(["train", str(text_file), "--out", str(tmp_path / "run0"), *flags]) == 0
+    before = (tmp_path / "run0" / "metrics.jsonl").read_text()
+    script = tmp_path / "disagree.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        from chargen.cli import main
+        out = {str(tmp_path)!r} + "/run" + os.environ["RANK"]
+        sys.exit(main(["train", {str(text_file)!r}, "--out", out, *{flags!r}, "--resume", "auto"]))
+    """))
+    job = subprocess.run([*TORCHRUN, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=TORCHRUN_ENV)
+    assert job.returncode != 0
+    errors = [line for line in job.stderr.splitlines() if line.startswith("chargen: error:")]
+    assert len(errors) == 2 and all("the processes disagree on whether" in line and "a shared file system" in line
+                                    for line in errors), job.stderr[-3000:]
+    assert not (tmp_path / "run1").exists() and (tmp_path / "run0" / "metrics.jsonl").read_text() == before
+
+
+@pytest.mark.parametrize("agents, shared, advised", [("2", "True", True), ("2", "False", False), ("1", "True", False)])
+def test_several_machines_sharing_torchruns_store_are_told_how_to_restart_safely(monkeypatch, agents, shared,
+                                                                                 advised):
+    from chargen.distributed import shared_store_advice
+
+    monkeypatch.setenv("GROUP_WORLD_SIZE", agents)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", shared)
+    advice = shared_store_advice()
+    assert (advice is not None) == advised
+    assert advice is None or "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in advice

