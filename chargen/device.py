@@ -6,13 +6,18 @@ CPU says it has: a tiny LSTM forward and backward under autocast is run once per
 and device. On a CPU the flags can promise what oneDNN does not deliver: with AVX2 only
 (most laptops, many cloud VMs, and any machine under ``ONEDNN_MAX_CPU_ISA=AVX2``) its
 LSTM has no bf16 kernel at all, and on AVX-512 without AVX512-BF16 it emulates bf16 at a
-quarter of fp32's speed. So ``auto`` on a CPU also times the two precisions on a small
-LSTM and takes bf16 only where it is clearly the faster.
+quarter of fp32's speed. So ``auto`` on an x86 CPU takes bf16 where its kernels are native
+(AVX512-BF16 or AMX, and oneDNN not capped below them), and fp32 where they are emulated:
+a fact of the machine, so the same command makes the same run every time. A timing would
+not: native bf16 measured from 1.09x to 1.8x fp32 on one machine, minutes apart. Elsewhere
+(ARM) the two are timed once, and bf16 is taken only well clear of fp32.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import platform
 import time
 
 import torch
@@ -53,9 +58,12 @@ def wide_dtype(device: torch.device | str) -> torch.dtype:
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# auto takes bf16 on a CPU only where it trains at least this much faster than fp32. Native
-# bf16 measured 1.6-1.8x; emulated bf16 0.25x: the line sits far from both.
-MIN_BF16_SPEEDUP = 1.15
+# Where the kernels cannot be told apart (not x86), auto takes bf16 on a CPU only where it
+# trains at least this much faster than fp32: well clear of the noise of a timing (one
+# machine's native bf16 timed 1.09x to 1.8x), and of emulated bf16 (0.25x).
+MIN_BF16_SPEEDUP = 1.5
+# oneDNN ISA caps (ONEDNN_MAX_CPU_ISA) that keep its native bf16 kernels, by name.
+BF16_ISA_MARKS = ("BF16", "AMX", "FP16", "AVX10", "ALL", "DEFAULT")
 
 
 def _lstm_step(device: torch.device, dtype: torch.dtype | None, hidden: int, batch: int, steps: int) -> float:
@@ -105,6 +113,19 @@ def bf16_speedup(device: torch.device) -> float:
     return best_time(None) / best_time(torch.bfloat16)
 
 
+def cpu_bf16_kernels() -> tuple[str | None, str]:
+    """``native`` or ``emulated``: what oneDNN's bf16 kernels are on this x86 CPU, and why
+    (its flags, and the ISA cap ``ONEDNN_MAX_CPU_ISA`` where one is set); None off x86."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        return None, ""
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
+    if not any(mark in cap for mark in BF16_ISA_MARKS):
+        return "emulated", f"oneDNN is capped at {cap} (ONEDNN_MAX_CPU_ISA)"
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        return "native", "AVX512-BF16" + (" and AMX" if torch.cpu._is_amx_tile_supported() else "")
+    return "emulated", "no AVX512-BF16 or AMX"
+
+
 def bf16_is_native(device: torch.device) -> bool:
     """Whether a GPU multiplies bf16 natively (Ampere and later), not by emulation."""
     try:
@@ -142,7 +163,13 @@ def resolve_precision(name: str, device: torch.device) -> tuple[torch.dtype | No
         return torch.bfloat16, "bf16 autocast"
     if device.type == "mps":  # (bf16 where its kernels run: macOS 14 and later; else fp32 above)
         return torch.bfloat16, "bf16 autocast"
+    kernels, why = cpu_bf16_kernels()
+    if kernels == "native":
+        return torch.bfloat16, f"bf16 autocast: {where} has native bf16 kernels ({why})"
+    if kernels == "emulated":
+        return None, f"fp32: {where} has no native bf16 kernels ({why})"
     speedup = bf16_speedup(device)
     if speedup < MIN_BF16_SPEEDUP:
-        return None, f"fp32: bf16 autocast trains at {speedup:.2f}x the speed of fp32 on {where}"
-    return torch.bfloat16, f"bf16 autocast: {speedup:.1f}x the speed of fp32 on {where}"
+        return None, f"fp32: bf16 autocast timed at {speedup:.2f}x the speed of fp32 on {where} (bf16 from " \
+                     f"{MIN_BF16_SPEEDUP:g}x)"
+    return torch.bfloat16, f"bf16 autocast: timed at {speedup:.1f}x the speed of fp32 on {where}"

@@ -397,6 +397,11 @@ def start_report(run: PreparedRun, precision_note: str, sizing: list[str]) -> li
     if run.record.init_from:
         lines.append(finetune.describe(run.record.init_from, run.model_config, run.mode.name, run.resumed))
     lines += sizing
+    if config.max_time is not None and not run.resumed:  # (what the clock chose, for a run without it)
+        model = run.model_config
+        lines.append(f"the same model and precision without timing: --hidden {model.hidden} --layers {model.layers} "
+                     f"--embedding {model.embedding} --dropout {model.dropout:g} --weight-decay "
+                     f"{config.weight_decay:g} --precision {PRECISION_NAMES[run.autocast_dtype]}")
     if progress.total_steps >= TIMED_PLAN:
         lines.append(f"plan: steps of {feed.batch_description()} for {config.max_time:g} s, from step "
                      f"{progress.step:,} (the number of steps is fitted to the time after the first few)")
