@@ -144,7 +144,7 @@ def join_group(backend: str, rank: int, world: int) -> None:
     new member is not counted), so there the attempts cannot be named alike: with
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 every attempt gets a new store instead (see
     ``shared_store_advice``)."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or several_agents():
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
         return
     store, _, _ = next(dist.rendezvous("env://"))  # (torchrun's own store, as init_process_group finds it)
@@ -153,9 +153,14 @@ def join_group(backend: str, rank: int, world: int) -> None:
                             world_size=world)
 
 
+def several_agents() -> bool:
+    """Whether torchrun runs on several machines (an agent each: GROUP_WORLD_SIZE of them)."""
+    return os.environ.get("GROUP_WORLD_SIZE", "1") != "1"
+
+
 def shared_store_advice() -> str | None:
     """A line for a job on several machines whose restarts would share one store (above)."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and several_agents():
         return ("torchrun on several machines: export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun on each, "
                 "so that a restart (--max-restarts) starts with a store of its own (docs/training.md)")
     return None

@@ -122,8 +122,9 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
                       ranks, feed, model, net, state, my_streams, scaling, schedule, record, probe_seconds, resume)
     if ranks.main:
         write_record(run_dir, record_now(run))
-    for line in start_report(run, precision_note, sizing):
-        log(line)
+    if ranks.main:  # (one voice; and only rank 0's machine need hold the folder)
+        for line in start_report(run, precision_note, sizing):
+            log(line)
     return run
 
 

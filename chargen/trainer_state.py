@@ -6,6 +6,7 @@ stopped. The bytes go through ``storage`` (safetensors with a checksum, never pi
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -82,8 +83,8 @@ class TrainerState:
         ``carry``: the state of all the streams (distributed, gathered from every rank).
         ``keep``: besides the latest, the resume points of the last ``keep`` saves are kept
         (trainer/step-*.safetensors), the oldest deleted first, once the new one is in place."""
-        step = self.progress.step
-        line = [s for s in self.progress.kept if s != step] + [step]  # (a step saved twice is kept once)
+        step, kept_before = self.progress.step, self.progress.kept
+        line = [s for s in kept_before if s != step] + [step]  # (a step saved twice is kept once)
         self.progress.kept, retired = (line[-(keep + 1):], line[:-(keep + 1)]) if keep else ([], line[:-1])
         weights = self.model.state_dict()
         optim_tensors, optim_info = flatten_optimizer(self.optimizer.state_dict())
@@ -100,11 +101,16 @@ class TrainerState:
             "train": train_config,
             "grad_scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
         }
-        save_tensors(run_dir / TRAINER, tensors, meta)
+        try:
+            save_tensors(run_dir / TRAINER, tensors, meta)
+        except ChargenError:
+            self.progress.kept = kept_before  # (the file on disk still lists these)
+            raise
         if keep:
             atomic_link(run_dir / TRAINER, kept_path(run_dir, step))
         for old in retired:
-            kept_path(run_dir, old).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # (gone, or no longer a file: left as it is)
+                kept_path(run_dir, old).unlink(missing_ok=True)
         save_tensors(run_dir / WEIGHTS, weights, {"step": step})
 
     def load(self, run_dir: Path, device: torch.device, streams: slice = slice(None), path: Path | None = None

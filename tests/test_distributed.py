@@ -355,21 +355,24 @@ def test_the_slurm_example_is_a_valid_script_with_valid_commands():
 
 
 @pytest.mark.once
-def test_ranks_that_see_different_run_folders_stop_with_one_line(text_file, tmp_path):
-    """--resume auto where rank 0 finds a run to resume and rank 1 (a machine whose folder is
-    not shared) finds none: both stop with one line saying why, before anything is written."""
+def test_ranks_with_folders_of_their_own_train_then_stop_with_one_line_at_a_resume(text_file, tmp_path):
+    """Each machine's own --out, not a shared one: a new run trains, rank 0 alone writing its
+    folder (rank 1 once asked its own missing folder for free space, and crashed); then
+    --resume auto finds a run on rank 0 and none on rank 1, and both stop with one line
+    saying why, before anything is written."""
     flags = [*FLAGS, "--steps", "10"]
-    assert main(["train", str(text_file), "--out", str(tmp_path / "run0"), *flags]) == 0
-    before = (tmp_path / "run0" / "metrics.jsonl").read_text()
-    script = tmp_path / "disagree.py"
+    script = tmp_path / "local.py"
     script.write_text(textwrap.dedent(f"""
         import os, sys
         from chargen.cli import main
         out = {str(tmp_path)!r} + "/run" + os.environ["RANK"]
-        sys.exit(main(["train", {str(text_file)!r}, "--out", out, *{flags!r}, "--resume", "auto"]))
+        sys.exit(main(["train", {str(text_file)!r}, "--out", out, *{flags!r}, *sys.argv[1:]]))
     """))
-    job = subprocess.run([*TORCHRUN, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env=TORCHRUN_ENV)
+    torchrun([str(script)], tmp_path)
+    assert (tmp_path / "run0" / "model.safetensors").is_file() and not (tmp_path / "run1").exists()
+    before = (tmp_path / "run0" / "metrics.jsonl").read_text()
+    job = subprocess.run([*TORCHRUN, str(script), "--resume", "auto"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env=TORCHRUN_ENV)
     assert job.returncode != 0
     # (one line from each rank; the two share torchrun's stderr, where their writes may interleave)
     said = "chargen: error: the processes disagree on whether"

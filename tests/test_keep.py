@@ -113,3 +113,14 @@ def test_a_hand_edited_list_of_kept_steps_is_refused(capsys, corpus_file, tmp_pa
     err = capsys.readouterr().err.strip()
     assert code == 2 and "does not match this run (kept: ['../../config.json'])" in err, err
     assert (run / "config.json").is_file() and checkpoint.kept_steps(run) == [40, 60]
+
+
+def test_a_kept_name_that_is_not_a_file_is_left_where_it_would_be_retired(capsys, corpus_file, tmp_path):
+    """A hand-made folder under a kept point's name: the oldest point is not deleted (it is
+    not chargen's file any more), and training goes on."""
+    run = tmp_path / "run"
+    train(capsys, corpus_file, run, "--keep", "1", "--steps", "40")
+    checkpoint.kept_path(run, 20).unlink()
+    checkpoint.kept_path(run, 20).mkdir()
+    train(capsys, corpus_file, run, "--keep", "1", "--resume", "--steps", "60")
+    assert checkpoint.kept_path(run, 20).is_dir() and checkpoint.kept_steps(run) == [40, 60]
