@@ -69,7 +69,8 @@ def train_tab(page, out: Path, stop_after_progress: bool = False) -> None:
         expect(page.get_by_text(re.compile(r"step [\d,]+ of [\d,]+ · loss"))).to_be_visible(timeout=60_000)
         page.wait_for_timeout(3000)  # (a few more points)
         page.get_by_role("button", name="Stop and save").click()
-        ended = re.compile(r"\) stopped at step [\d,]+; (not validated yet|best validation \d\.\d{3} bits/char)")
+        ended = re.compile(r"\) stopped at step [\d,]+; "
+                           r"(not validated yet|(best )?validation \d\.\d{3} bits/char( on a sample)?)")
         expect(page.get_by_text(ended)).to_be_visible(timeout=60_000)
     else:
         ended = re.compile(r"reached its time budget at step [\d,]+; best validation \d\.\d{3} bits/char")

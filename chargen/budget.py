@@ -12,7 +12,14 @@ whole validation text at every ``--eval-every`` would take more, each validation
 run scores a fixed sample of it (the same characters every time, so the curve compares
 like with like), and if even the smallest useful sample is too dear, validations are spaced
 out. The last validation, whose figure the run reports and whose weights are kept as the
-best, always scores the whole text.
+best, scores the whole text when that fits in the time left (and in VAL_SHARE of the budget,
+as planned); else the largest sample that fits, said so, and then it does not compete for
+the best weights (the whole text's figures and a sample's do not compare).
+
+Machines slow down under a run (other work on the same cores): the plan is refitted to the
+speed of the latest steps, not the invocation's mean, and a validation's measured cost is
+scaled by how much slower steps have become since it was timed; training stops early
+enough to leave the final validation its time.
 """
 
 from __future__ import annotations
@@ -34,6 +41,16 @@ PLANNED_SHARE = 0.9
 # characters every time, its offset from the whole stays put while the curve falls.
 MIN_SAMPLE = 8192
 END_ONLY = 2**62  # ValidationPlan.every when none fits before the final one, however the plan grows
+NONE_FITS = 0  # final_validation's answer when not even the smallest sample fits
+# The most of the budget a final validation is given when the smallest sample does not fit
+# in VAL_SHARE: a run of a few seconds on a slow machine still ends with a figure.
+FINAL_MOST_SHARE = 0.2
+# The final validation is planned at this times its estimate: one a fifth off still fits
+# whole, and what goes unused is a fifth of the final's time (itself at most 5% of the budget).
+FINAL_MARGIN = 1.25
+# The fewest steps the current speed is read over: a fit or two after a machine slows, the
+# plan knows, and one slow step (a page fault, a checkpoint's flush) does not swing it.
+RECENT_STEPS = 20
 
 
 def fit_to_time(total: int, step: int, seconds_left: float, step_seconds: float, eval_seconds: float,
@@ -59,6 +76,28 @@ class ValidationCost:
         return targets * self.per_target + self.fixed
 
 
+def final_validation(seconds: float, whole: int, cost: ValidationCost) -> int | None:
+    """What the last validation can score within ``seconds``: the whole text (None) when it
+    fits, else the targets of the largest sample that does, or NONE_FITS when not even
+    MIN_SAMPLE (or the whole text, if smaller) does."""
+    if cost.seconds(whole) <= seconds:
+        return None
+    fits = int((seconds - cost.fixed) / cost.per_target) if cost.per_target > 0 else 0
+    return fits if fits >= min(MIN_SAMPLE, whole) else NONE_FITS
+
+
+def final_reserve(allowance: float, whole: int, cost: ValidationCost, most: float) -> float:
+    """The seconds a timed run keeps for its final validation: the whole text's, or the
+    largest sample's within ``allowance`` (what is left of VAL_SHARE of the budget), times
+    FINAL_MARGIN. Where not even the smallest sample fits in that, the smallest one's, if
+    it fits in ``most``: a run should end with a figure."""
+    smallest = FINAL_MARGIN * cost.seconds(min(MIN_SAMPLE, whole))
+    if allowance < smallest <= most:
+        allowance = smallest
+    final = final_validation(allowance / FINAL_MARGIN, whole, cost)
+    return 0.0 if final == NONE_FITS else FINAL_MARGIN * cost.seconds(whole if final is None else final)
+
+
 @dataclass(frozen=True)
 class ValidationPlan:
     """How often to validate during the run, and on how many targets (None: all)."""
@@ -68,14 +107,16 @@ class ValidationPlan:
 
 
 def plan_validation(allowance: float, steps_left: int, eval_every: int, whole: int, cost: ValidationCost,
-                    sample: int | None = None, whole_only: bool = False) -> ValidationPlan:
-    """The validations of the rest of a run within ``allowance`` seconds, the final whole
-    one included: every ``eval_every`` steps on the whole text if that fits; else on a
-    sample (``sample``, once a run has one: the curve then compares like with like; or as
-    big as fits, but at least MIN_SAMPLE targets), spaced out further if even that does not
-    fit, and none before the end if not even one does. ``whole_only`` (--patience, which
-    compares each validation with the best) spaces out whole ones instead of sampling."""
-    allowance -= cost.seconds(whole)  # the final validation: always the whole text
+                    sample: int | None = None, whole_only: bool = False, final_seconds: float | None = None
+                    ) -> ValidationPlan:
+    """The validations of the rest of a run within ``allowance`` seconds, the final one
+    included (``final_seconds``; by default the whole text's): every ``eval_every`` steps on
+    the whole text if that fits; else on a sample (``sample``, once a run has one: the curve
+    then compares like with like; or as big as fits, but at least MIN_SAMPLE targets), spaced
+    out further if even that does not fit, and none before the end if not even one does.
+    ``whole_only`` (--patience, which compares each validation with the best) spaces out
+    whole ones instead of sampling."""
+    allowance -= cost.seconds(whole) if final_seconds is None else final_seconds
     count = steps_left // eval_every  # validations before the end
     if sample is None and (count == 0 or allowance >= count * cost.seconds(whole)):
         return ValidationPlan(eval_every)
@@ -84,6 +125,8 @@ def plan_validation(allowance: float, steps_left: int, eval_every: int, whole: i
     if sample is None:
         fits = int((allowance / max(1, count) - cost.fixed) / cost.per_target) if cost.per_target > 0 else whole
         sample = min(whole, max(fits, MIN_SAMPLE))
+        if sample == whole:  # (a text smaller than the smallest sample: spaced out, whole)
+            return spaced_out(allowance, steps_left, eval_every, cost.seconds(whole), None)
     return spaced_out(allowance, steps_left, eval_every, cost.seconds(sample), sample)
 
 
@@ -95,21 +138,39 @@ def spaced_out(allowance: float, steps_left: int, eval_every: int, one: float, s
     return ValidationPlan(max(eval_every, math.ceil(steps_left * one / allowance)), sample)
 
 
+def describe_validation(plan: ValidationPlan, whole: int, steps_left: int) -> str:
+    if plan.every > steps_left:
+        return f"validation: at the end only, to keep it within {VAL_SHARE:.0%} of --max-time"
+    if plan.sample is None:
+        return f"validation: every {plan.every:,} steps on the whole validation text"
+    return (f"validation: every {plan.every:,} steps on a sample of {plan.sample:,} of its {whole:,} characters, and "
+            f"on the whole text at the end, to keep it within {VAL_SHARE:.0%} of --max-time")
+
+
 class TimeBudget:
     """``--max-time`` for this invocation, and the clock of training time (validation is
     not training time). It keeps what validation has cost so far, to hold it to VAL_SHARE."""
 
     FIRST_FIT = 25  # steps timed before the first fit
+    # ... or fewer (2 at least), once this share of the budget has gone: a budget of a few
+    # seconds, much of it taken by set-up, would otherwise end before its plan had a reserve
+    # for the final validation
+    FIRST_FIT_SHARE = 0.1
 
-    def __init__(self, max_time: float | None, progress: Progress, spent: float = 0.0, first_fit: int = FIRST_FIT
-                 ) -> None:
+    def __init__(self, max_time: float | None, progress: Progress, spent: float = 0.0, first_fit: int = FIRST_FIT,
+                 early_fit: bool = True) -> None:
         self.max_time = max_time
         self.next_fit = progress.step + first_fit  # the step at which the plan is next fitted to the time
+        self.early_fit = early_fit  # (by the clock: one process only, as ranks must fit at the same step)
         self.last_tick = time.perf_counter()
-        self.start = self.last_tick - spent  # (what set-up already took of the budget: the speed probe)
-        self.start_step, self.seconds_at_start = progress.step, progress.train_seconds
+        self.start = self.last_tick - spent  # (set-up is the budget's too: the size probe, a checkpoint read)
+        self.start_step, self.start_chars = progress.step, progress.chars_seen
         self.cost: ValidationCost | None = None  # measured at each validation
+        self.cost_step_seconds = 0.0  # what a step took when it was
         self.val_seconds = 0.0  # spent on validation (and its samples) in this invocation
+        self.reserve = 0.0  # seconds kept for the final validation: training stops that much before the end
+        self.marks = [(progress.step, progress.train_seconds)]  # (step, training seconds) at each fit
+        self.last_step_seconds = 0.0
 
     def tick(self, progress: Progress) -> float:
         """A step ended: count its time as training; returns the time now."""
@@ -122,14 +183,55 @@ class TimeBudget:
         self.last_tick = time.perf_counter()
         return self.last_tick
 
+    def fit_due(self, progress: Progress, now: float) -> bool:
+        """Whether the plan is to be fitted to the time after this step."""
+        if progress.step >= self.next_fit:
+            return True
+        first = len(self.marks) == 1 and self.early_fit and progress.step - self.start_step >= 2
+        return first and now - self.start >= self.FIRST_FIT_SHARE * self.max_time
+
     def out_of_time(self) -> bool:
-        return self.max_time is not None and time.perf_counter() - self.start >= self.max_time
+        return self.max_time is not None and time.perf_counter() - self.start >= self.max_time - self.reserve
+
+    def mark(self, progress: Progress) -> None:
+        """The plan is being fitted: the speed from here on is the next fit's to read."""
+        self.marks.append((progress.step, progress.train_seconds))
+
+    def restart(self, progress: Progress) -> None:
+        """The loop went back to a checkpoint (its progress with it): marks after it mean nothing."""
+        self.marks = [(step, seconds) for step, seconds in self.marks if step <= progress.step]
 
     def step_seconds(self, progress: Progress) -> float:
-        return (progress.train_seconds - self.seconds_at_start) / max(1, progress.step - self.start_step)
+        """Seconds a training step takes now: over the steps since the latest mark that
+        leaves at least RECENT_STEPS, or since the start of this invocation."""
+        step, seconds = next(((step, seconds) for step, seconds in reversed(self.marks)
+                              if progress.step - step >= RECENT_STEPS), self.marks[0])
+        if progress.step > step and progress.train_seconds > seconds:
+            self.last_step_seconds = (progress.train_seconds - seconds) / (progress.step - step)
+        return self.last_step_seconds
+
+    def validation_cost(self, progress: Progress) -> ValidationCost:
+        """What a validation costs now: the last one's, scaled by how much slower (or faster)
+        steps are now than then; before any, a guess: a forward pass over the validation
+        text, about half a training step's time per character (a third to a half, measured)."""
+        step_seconds = self.step_seconds(progress)
+        if self.cost is None:
+            targets_per_step = (progress.chars_seen - self.start_chars) / max(1, progress.step - self.start_step)
+            return ValidationCost(step_seconds / (2 * max(1.0, targets_per_step)), 0.0)
+        scale = step_seconds / self.cost_step_seconds if self.cost_step_seconds > 0 else 1.0
+        return ValidationCost(self.cost.per_target * scale, self.cost.fixed * scale)
+
+    def measured(self, cost: ValidationCost, progress: Progress) -> None:
+        self.cost, self.cost_step_seconds = cost, self.step_seconds(progress)
 
     def seconds_left(self) -> float:
         return self.max_time - (time.perf_counter() - self.start)
+
+    def final_reserve(self, whole: int, cost: ValidationCost) -> float:
+        """Seconds to keep for the final validation (``final_reserve``): what is left of
+        VAL_SHARE of the budget, or at most FINAL_MOST_SHARE of it for the smallest sample."""
+        return final_reserve(VAL_SHARE * self.max_time - self.val_seconds, whole, cost,
+                             FINAL_MOST_SHARE * self.max_time)
 
     def validation_allowance(self) -> float:
         """Seconds validation may still take in this invocation, with a margin."""
@@ -145,6 +247,7 @@ class ValidationClock:
     validated_at: int  # the step of the last validation (or where one would have been)
     next_at: int  # the step of the next
     whole_at: int = -1  # the step of the last validation on the whole text
+    final_at: int = -1  # the step of the final validation (of a timed run, maybe a sample or none)
     scoring: tuple[float, int] = (0.0, 0)  # the last validation's scoring: seconds, targets
 
     @classmethod

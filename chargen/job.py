@@ -125,8 +125,9 @@ class TrainingJob:
     def outcome(self, name: str) -> str:
         if self.error or self.result is None:
             return f"**{name}**: {self.error or 'training ended without a result'}"
-        best, model = self.result.best_val_loss, self.result.model.config
-        scored = "not validated yet" if best is None else f"best validation {bpc(best):.3f} bits/char"
+        best, last, model = self.result.best_val_loss, self.result.last_val_loss, self.result.model.config
+        scored = f"best validation {bpc(best):.3f} bits/char" if best is not None else \
+            "not validated yet" if last is None else f"validation {bpc(last):.3f} bits/char on a sample"
         return (f"**{name}** ({model.layers}x{model.hidden}, dropout {model.dropout:g}) "
                 f"{STOPPED[self.result.stopped]} at step {self.result.step:,}; {scored}. "
                 "It is in the Generate tab's list.")
@@ -138,7 +139,9 @@ def samples_shown(sample: dict, val: dict | None) -> str:
 
 
 def progress_line(name: str, event: dict, wall: float) -> str:
-    step, total = event["step"], max(event.get("total_steps", event["step"]), 1)
+    step, total = event["step"], event.get("total_steps", event["step"])
+    figures = f"loss {event['loss']:.3f} · {event['bpc']:.3f} bits/char · {event['chars_per_s']:,} chars/s"
+    if total is None:  # (a timed run's first steps: its plan is fitted to the time after them)
+        return f"**{name}**: step {step:,} · {figures} · fitting the plan to the time"
     eta = wall / step * (total - step) if step else 0
-    return (f"**{name}**: step {step:,} of {total:,} · loss {event['loss']:.3f} · {event['bpc']:.3f} bits/char · "
-            f"{event['chars_per_s']:,} chars/s · about {eta:.0f} s left")
+    return f"**{name}**: step {step:,} of {max(total, 1):,} · {figures} · about {eta:.0f} s left"

@@ -65,7 +65,7 @@ class PreparedRun:
     scaling: BatchScaling
     schedule: WarmupDecay
     record: RunRecord  # config.json, less what changes as it trains (record_now)
-    probe_seconds: float  # what sizing for --max-time took of the budget
+    started: float  # (time.perf_counter) when set-up began: --max-time counts set-up, the size probe with it
     resumed: bool
 
     @property
@@ -91,7 +91,7 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     """Set up (or with ``resume``, read back: from the latest resume point, or the one kept
     at step ``resume_from``) the run in ``run_dir`` on ``corpus``; logs its start-up report
     through ``log``."""
-    log = log or (lambda message: None)
+    log, started = log or (lambda message: None), time.perf_counter()
     resume = resume or resume_from is not None
     check_distributed(corpus, config, ranks)
     if config.tensorboard:
@@ -105,9 +105,9 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     if saved is not None:
         decay = config.weight_decay if config.weight_decay is not None else saved.train.weight_decay
         model_config, config = text.model, replace(config, weight_decay=0.01 if decay is None else decay)
-        sizing, probe_seconds = [], 0.0
+        sizing = []
     else:
-        model_config, config, sizing, probe_seconds = fit_model(text.model, config, feed, text.tokenizer.vocab_size,
+        model_config, config, sizing = fit_model(text.model, config, feed, text.tokenizer.vocab_size,
                                                                 device, dtype, ranks)
     # Refuse a model the machine cannot hold before building it, with the figures.
     need = memory.estimate(model_config, *feed.largest_batch())
@@ -119,7 +119,7 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     start_or_resume(run_dir, source, force, need.parameters, state, record, text, device, ranks, my_streams, log)
     scaling, schedule = plan_schedule(config, feed, state.progress)
     run = PreparedRun(run_dir, text.corpus, config, model_config, text.tokenizer, text.default_prime, device, dtype,
-                      ranks, feed, model, net, state, my_streams, scaling, schedule, record, probe_seconds, resume)
+                      ranks, feed, model, net, state, my_streams, scaling, schedule, record, started, resume)
     if ranks.main:
         write_record(run_dir, record_now(run))
     if ranks.main:  # (one voice; and only rank 0's machine need hold the folder)
@@ -218,6 +218,11 @@ def make_feed(corpus: Corpus, config: TrainConfig, device: torch.device,
                       device, ranks)
 
 
+def planned_steps(progress: Progress) -> int | None:
+    """The plan's steps, or None while a timed plan is not fitted yet (TIMED_PLAN is never shown)."""
+    return progress.total_steps if progress.total_steps < TIMED_PLAN else None
+
+
 def requested_steps(config: TrainConfig, steps_per_epoch: int) -> int:
     if config.steps is not None:
         return config.steps
@@ -229,15 +234,15 @@ def requested_steps(config: TrainConfig, steps_per_epoch: int) -> int:
 
 def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed | LinesFeed, vocab_size: int,
               device: torch.device, dtype: torch.dtype | None, ranks: Ranks
-              ) -> tuple[ModelConfig, TrainConfig, list[str], float]:
+              ) -> tuple[ModelConfig, TrainConfig, list[str]]:
     """A new run's model: the size asked for or, with --max-time and none asked for, the
     size chosen for the budget; dropout and weight decay, where not given, as the run's
     epochs call for (chargen.autosize). Rank 0 decides; every rank builds the same. Also
-    the start-up lines that say so, and the seconds it took."""
+    the start-up lines that say so."""
     model = replace(asked or ModelConfig(), vocab_size=vocab_size)
     if asked is not None and model.dropout is not None and config.weight_decay is not None:
-        return model, config, [], 0.0
-    start, epochs, sizing = time.perf_counter(), 0.0, []
+        return model, config, []
+    epochs, sizing = 0.0, []
     if ranks.main:
         model, epochs, sizing = size_for_budget(model, asked is None, config, feed, device, dtype, ranks)
     layers, hidden, millis = (ranks.from_main(v, device) for v in (model.layers, model.hidden, round(epochs * 1000)))
@@ -253,8 +258,7 @@ def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed |
                   f"the text (exposure {epochs * per_char:.3g}): dropout {dropout:g}, weight decay "
                   f"{weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else
                                          f" ({fitting.note})" if fitting.note else ""))
-    return (replace(model, dropout=dropout), replace(config, weight_decay=weight_decay), sizing,
-            time.perf_counter() - start)
+    return replace(model, dropout=dropout), replace(config, weight_decay=weight_decay), sizing
 
 
 def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed: StreamFeed | LinesFeed,
@@ -371,12 +375,14 @@ def plan_schedule(config: TrainConfig, feed: StreamFeed | LinesFeed, progress: P
 def record_now(run: PreparedRun) -> RunRecord:
     """The run's record with its schedule and where it stands: config.json as it is written."""
     lr_record = run.scaling.describe(run.config.batch_size, run.feed.steps_per_epoch, run.schedule)
+    if planned_steps(run.state.progress) is None:  # (a timed plan not fitted yet: its end is not known)
+        lr_record |= dict.fromkeys(("decay_steps", "decay_epochs", "final_lr", "total_steps"))
     return run.record.with_summary(summary(run.state.progress), lr_record)
 
 
 def summary(progress: Progress) -> Summary:
     best = progress.best_val_loss
-    return Summary(step=progress.step, total_steps=progress.total_steps, chars_seen=progress.chars_seen,
+    return Summary(step=progress.step, total_steps=planned_steps(progress), chars_seen=progress.chars_seen,
                    train_seconds=round(progress.train_seconds, 2), validation_seconds=round(progress.val_seconds, 2),
                    best_val_loss=best, best_val_bpc=None if best is None else bpc(best), best_step=progress.best_step)
 

@@ -34,7 +34,7 @@ class Summary:
     """Where the run stood at its last checkpoint (train.summary writes it)."""
 
     step: int = 0
-    total_steps: int = 0
+    total_steps: int | None = 0  # (None: a timed plan stopped before it was fitted to the time)
     chars_seen: int = 0
     train_seconds: float = 0.0
     validation_seconds: float = 0.0

@@ -8,7 +8,6 @@ Everything before the first step is ``chargen.prepare``'s.
 from __future__ import annotations
 
 import math
-import signal
 import sys
 import threading
 import time
@@ -21,7 +20,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import board, checkpoint, faults
-from .budget import VAL_SHARE, TimeBudget, ValidationClock, ValidationCost, ValidationPlan, fit_to_time, plan_validation
+from .budget import (
+    NONE_FITS,
+    TimeBudget,
+    ValidationClock,
+    ValidationCost,
+)
 from .checks import MAX_SEED
 from .config import TrainConfig
 from .corpus import Corpus
@@ -32,12 +36,13 @@ from .feeds import Batch
 from .lines import IGNORE
 from .model import CharLSTM, ModelConfig, detach_state
 from .modes import StopReason
-from .prepare import TIMED_PLAN, PreparedRun, prepare_run, record_now
+from .prepare import PreparedRun, planned_steps, prepare_run, record_now
 from .record import write_record
 from .sample import DEFAULTS as SAMPLING
 from .sample import collect, sample_text
-from .schedule import format_schedule
+from .stopping import SaveClock, StopPolicy, StopSignals
 from .storage import MetricsLog, save_tensors
+from .timed_plan import TimedPlan
 
 
 @dataclass
@@ -51,36 +56,6 @@ class TrainResult:
     stopped: StopReason
     history: list[dict] = field(default_factory=list)
     model: CharLSTM | None = field(default=None, repr=False)  # the trained model, latest weights
-
-
-class StopSignals:
-    """SIGINT and SIGTERM (or ``stop``, set from another thread: the app's Stop button) ask
-    the loop to stop after the current step and save, instead of killing it mid-write.
-    (Only the main thread can install signal handlers.)"""
-
-    def __init__(self, log: Callable[[str], None], stop: threading.Event | None = None) -> None:
-        self._stop = stop or threading.Event()
-        self._log = log
-        self._previous: dict[int, object] = {}
-
-    @property
-    def requested(self) -> bool:
-        return self._stop.is_set()
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if not self.requested:
-            self._log(f"{signal.Signals(signum).name}: stopping after this step and saving a checkpoint")
-        self._stop.set()
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 # --- the loop ----------------------------------------------------------------------------
@@ -114,27 +89,6 @@ def train(
     return Trainer(run, log=log, progress_bar=progress_bar, on_event=on_event).fit(stop)
 
 
-class StopPolicy:
-    """When the loop ends before its plan: Ctrl-C or SIGTERM, the app's stop event, or
-    --max-time. Distributed, the ranks agree at log steps only (an agreement is a sync)."""
-
-    def __init__(self, signals: StopSignals, budget: TimeBudget, ranks: Ranks, device: torch.device) -> None:
-        self.signals, self.budget, self.ranks, self.device = signals, budget, ranks, device
-        (self.asked,) = ranks.any((signals.requested,), device)
-        self.out_of_time = False
-
-    def should_stop(self, at_log_step: bool) -> bool:
-        out_of_time = self.budget.out_of_time()
-        if self.ranks.active and not at_log_step:
-            return False
-        self.out_of_time, self.asked = self.ranks.any((out_of_time, self.signals.requested), self.device)
-        return self.out_of_time
-
-    @property
-    def reason(self) -> StopReason:
-        return "interrupted" if self.asked else "time" if self.out_of_time else "done"
-
-
 class LogWindow:
     """The losses and characters since the last log line, summed on the device (so the
     loop reads from it only at log steps)."""
@@ -156,23 +110,6 @@ class LogWindow:
             self.start = now
 
 
-class SaveClock:
-    """--save-every: whether its minutes have passed since the last checkpoint (on any rank:
-    they all save together)."""
-
-    def __init__(self, minutes: float | None, ranks: Ranks, device: torch.device) -> None:
-        self.seconds, self.ranks, self.device = None if minutes is None else 60 * minutes, ranks, device
-        self.last = time.perf_counter()
-
-    def saved(self) -> None:
-        self.last = time.perf_counter()
-
-    def due(self) -> bool:
-        if self.seconds is None:
-            return False
-        return self.ranks.any((time.perf_counter() - self.last >= self.seconds,), self.device)[0]
-
-
 class Trainer:
     """The loop of one prepared run (chargen.prepare): ``fit`` trains it. The pieces of a
     step are methods, in the order ``fit`` calls them; this object holds only what the loop
@@ -188,16 +125,18 @@ class Trainer:
             if config.tensorboard and main else None
         self.history: list[dict] = []
         # (the first fit of the plan to --max-time comes before the first validation)
-        self.budget = TimeBudget(config.max_time, progress, spent=run.probe_seconds,
-                                 first_fit=min(TimeBudget.FIRST_FIT, config.eval_every))
+        self.budget = TimeBudget(config.max_time, progress, spent=time.perf_counter() - run.started,
+                                 first_fit=min(TimeBudget.FIRST_FIT, config.eval_every), early_fit=not run.ranks.active)
         self.clock = ValidationClock.starting(progress.step, config.eval_every)  # (refitted with the plan)
         self.window = LogWindow(run.device)
-        shown_total = progress.total_steps if progress.total_steps < TIMED_PLAN else None  # (not fitted yet)
+        shown_total = planned_steps(progress)
         self.bar = tqdm(total=shown_total, initial=progress.step, unit="step", dynamic_ncols=True,
                         disable=not (progress_bar and main), file=sys.stderr,
                         mininterval=0.5 if sys.stderr.isatty() else 30)
         self.check_every_step = run.device.type == "cpu" and not run.ranks.active
         self.save_clock = SaveClock(run.config.save_every, run.ranks, run.device)
+        samples = self.draw_samples if run.config.sample_chars and main else None
+        self.timed = TimedPlan(run, self.budget, self.clock, self.bar, self.log, self.score, samples)
 
     def fit(self, stop: threading.Event | None = None) -> TrainResult:
         progress, config, feed, budget = self.run.state.progress, self.run.config, self.run.feed, self.budget
@@ -220,10 +159,11 @@ class Trainer:
                     continue
                 # backward and update
                 self.update(loss, batch)
+                faults.slow("step", budget.last_tick)
                 now = budget.tick(progress)
                 self.window.add(loss, batch.targets)
-                if config.max_time is not None and progress.step == budget.next_fit:
-                    self.fit_plan(budget, now, batch)
+                if config.max_time is not None and budget.fit_due(progress, now):
+                    self.window.start += self.timed.fit()
                 # log
                 at_end = progress.step == progress.total_steps
                 if (progress.step % config.log_every == 0 or at_end) and not self.log_window(lr, now):
@@ -231,7 +171,8 @@ class Trainer:
                     continue
                 # validate and checkpoint
                 if progress.step >= self.clock.next_at or at_end:
-                    if not self.validate_and_save(budget, now, whole=at_end):
+                    sample = self.timed.final_sample() if at_end else self.clock.plan.sample
+                    if not self.validate_and_save(budget, now, sample):
                         self.recover("validation loss")
                         continue
                     saved_at = progress.step
@@ -291,7 +232,7 @@ class Trainer:
         if not math.isfinite(mean_loss):
             return False
         chars_per_s = window.chars / max(1e-9, now - window.start)
-        self.record({"event": "train", "total_steps": self.run.state.progress.total_steps, "loss": mean_loss,
+        self.record({"event": "train", "total_steps": planned_steps(self.run.state.progress), "loss": mean_loss,
                      "bpc": bpc(mean_loss), "lr": lr, "chars_per_s": round(chars_per_s),
                      "elapsed": round(self.run.state.progress.train_seconds, 2)})
         self.bar.set_postfix(loss=f"{mean_loss:.3f}", bpc=f"{bpc(mean_loss):.3f}", chars_s=f"{chars_per_s:,.0f}",
@@ -299,65 +240,34 @@ class Trainer:
         window.clear(now)
         return True
 
-    def fit_plan(self, budget: TimeBudget, now: float | None = None, batch: Batch | None = None) -> None:
-        """Refit the plan, and the validations within it, to what is left of --max-time.
-        Until a validation has been timed, guess one as a forward pass over the validation
-        text: about half a training step's time per character (a third to a half, measured)."""
-        progress, config, whole = self.run.state.progress, self.run.config, self.run.feed.val_targets
-        step_seconds = budget.step_seconds(progress)
-        cost = budget.cost or ValidationCost(step_seconds / (2 * batch.targets), 0.0)
-        total, plan = progress.total_steps, self.clock.plan
-        for _ in range(2):  # the validations depend on the steps left, and the steps on them
-            plan = plan_validation(budget.validation_allowance(), max(0, total - progress.step), config.eval_every,
-                                   whole, cost, self.clock.plan.sample, whole_only=config.patience is not None)
-            during = cost.seconds(whole if plan.sample is None else plan.sample)
-            total = fit_to_time(progress.requested_steps, progress.step, budget.seconds_left(), step_seconds, during,
-                                plan.every, cost.seconds(whole))
-        total = self.run.ranks.from_main(total, self.run.device)  # every rank follows rank 0's clock and plan
-        plan = ValidationPlan(self.run.ranks.from_main(plan.every, self.run.device),
-                              self.run.ranks.from_main(-1 if plan.sample is None else plan.sample, self.run.device))
-        plan = plan if plan.sample != -1 else ValidationPlan(plan.every)
-        first, old = progress.total_steps >= TIMED_PLAN, self.clock.plan
-        if abs(total - progress.total_steps) > progress.total_steps // 100:
-            self.log(f"plan fitted to --max-time {config.max_time:g}: {total:,} steps "
-                     f"({step_seconds * 1000:.0f} ms a step, {cost.seconds(whole):.1f} s a validation)")
-        steps_left = total - progress.step
-        if (plan.sample, plan.every > steps_left) != (old.sample, old.every > steps_left):  # a new kind of plan
-            self.log(describe_validation(plan, whole, steps_left))
-        self.clock.plan, budget.next_fit = plan, progress.step + max(1, (total - progress.step) // 10)
-        self.clock.next_at = max(progress.step + 1, self.clock.validated_at + plan.every)
-        progress.total_steps = self.run.schedule.total_steps = self.bar.total = total
-        if first:  # the schedule's length is known only now
-            self.log(format_schedule(self.run.scaling.describe(config.batch_size, self.run.feed.steps_per_epoch,
-                                                           self.run.schedule)))
-        self.bar.refresh()
-
-    def validate_and_save(self, budget: TimeBudget, now: float, whole: bool) -> bool:
-        """A validation (on the plan's sample, unless ``whole``) and a checkpoint; False,
-        with nothing saved, when the validation loss is not finite."""
-        if not math.isfinite(self.validate(None if whole else self.clock.plan.sample)):
+    def validate_and_save(self, budget: TimeBudget, now: float, sample: int | None) -> bool:
+        """A validation (on ``sample`` targets, None: the whole text; NONE_FITS: none) and a
+        checkpoint; False, with nothing saved, when the validation loss is not finite."""
+        if sample != NONE_FITS and not math.isfinite(self.validate(sample)):
             return False
         self.save()
-        self.clock.validated_at = self.run.state.progress.step
+        progress = self.run.state.progress
+        self.clock.validated_at = progress.step
         self.clock.next_at = self.clock.validated_at + self.clock.plan.every
         scoring, scored = self.clock.scoring
-        budget.cost = ValidationCost(scoring / max(1, scored), time.perf_counter() - now - scoring)
-        if self.run.config.max_time is not None and self.run.state.progress.step < self.run.state.progress.total_steps:
-            self.fit_plan(budget)
+        if sample != NONE_FITS:
+            budget.measured(ValidationCost(scoring / max(1, scored), time.perf_counter() - now - scoring), progress)
+        if self.run.config.max_time is not None and progress.step < progress.total_steps:
+            self.timed.fit()
         self.window.start = budget.resume_ticking()  # validation is not training time
         return True
 
     def finish(self, stopped: StopReason, saved_at: int) -> TrainResult:
         progress = self.run.state.progress
-        if stopped == "time" and self.clock.whole_at != progress.step:  # the figure is the whole text's
-            self.validate()
+        if stopped == "time" and progress.step not in (self.clock.whole_at, self.clock.final_at):
+            if (sample := self.timed.final_sample()) != NONE_FITS:
+                self.validate(sample)
             saved_at = -1  # (the summary in config.json follows)
         if saved_at != progress.step:
             self.save()
-        best_loss = progress.best_val_loss
-        best = "not validated yet" if best_loss is None else f"best val bpc {bpc(best_loss):.4f}"
+        best = self.figures()
         # (a run stopped before its plan was fitted to --max-time has no total worth showing)
-        of = f" of {progress.total_steps:,}" if progress.total_steps < TIMED_PLAN else ""
+        of = "" if planned_steps(progress) is None else f" of {progress.total_steps:,}"
         max_time, val_seconds = self.run.config.max_time, self.budget.val_seconds
         spent = "" if max_time is None else f"; validation took {val_seconds:.1f} s ({val_seconds / max_time:.1%})"
         if stopped == "patience":
@@ -373,6 +283,16 @@ class Trainer:
             self.board.close()
         return TrainResult(self.run.run_dir, progress.step, progress.total_steps, self.epoch(), progress.best_val_loss,
                            progress.last_val_loss, stopped, self.history, self.run.model.eval())
+
+    def figures(self) -> str:
+        """The closing line's figures: the best validation, and a final one on a sample."""
+        best_loss, step = self.run.state.progress.best_val_loss, self.run.state.progress.step
+        best = "not validated yet" if best_loss is None else f"best val bpc {bpc(best_loss):.4f}"
+        last = next((e for e in reversed(self.history) if e["event"] == "val"), None)
+        if last is None or last["whole"] or last["step"] != step:
+            return best
+        sampled = f"val bpc {last['val_bpc']:.4f} at the end on a sample of {last['chars']:,} characters"
+        return sampled if best_loss is None else f"{best}; {sampled}"
 
     # --- validation, checkpoints, recovery ----------------------------------------------
     def epoch(self) -> float:
@@ -393,11 +313,18 @@ class Trainer:
         if self.run.ranks.main:
             write_record(self.run.run_dir, record_now(self.run))
 
+    def score(self, sample: int | None) -> tuple[float, int]:
+        """The validation loss on the whole text or a sample, and the targets scored."""
+        start = time.perf_counter()
+        scored = self.run.feed.evaluate(self.run.model, sample)
+        faults.slow("validation", start)
+        return scored
+
     def validate(self, sample: int | None = None) -> float:
         """The validation loss, on the whole text or (``sample``) on a fixed part of it. Only
         the whole text's figure competes for the best weights."""
         progress, start = self.run.state.progress, time.perf_counter()
-        val_loss, scored = self.run.feed.evaluate(self.run.model, sample)
+        val_loss, scored = self.score(sample)
         self.clock.scoring = (time.perf_counter() - start, scored)
         if not math.isfinite(val_loss):
             return val_loss  # the caller goes back to the last checkpoint; nothing is saved
@@ -424,7 +351,7 @@ class Trainer:
         self.budget.val_seconds += spent
         return val_loss
 
-    def show_samples(self) -> None:
+    def draw_samples(self) -> list[str]:
         """Lines mode: a few items; a stream: one passage."""
         run, step = self.run, self.run.state.progress.step
         n = run.mode.samples_shown
@@ -432,6 +359,11 @@ class Trainer:
                              temperature=SAMPLING.temperature, seed=(run.config.seed + step) % (MAX_SEED + 1),
                              items=run.mode.items)
         texts = collect(pieces, n)
+        self.run.model.train()
+        return texts
+
+    def show_samples(self) -> None:
+        run, step, texts = self.run, self.run.state.progress.step, self.draw_samples()
         if run.mode.items:  # (a line of short items: a long run's log stays readable)
             self.log("--- samples: " + " · ".join(texts))
         else:
@@ -465,6 +397,7 @@ class Trainer:
         bad_step = progress.step
         self.run.state.load(self.run.run_dir, self.run.device, self.run.my_streams)
         progress.nonfinite, progress.lr_factor = tries, factor
+        self.budget.restart(progress)
         self.clock.validated_at, self.clock.next_at = progress.step, progress.step + self.clock.plan.every
         self.log(f"the {where} became NaN or infinite at step {bad_step:,}: back to the checkpoint at step "
                  f"{progress.step:,} with the learning rate x{factor:g} ({tries} of {config.nonfinite_retries})")
@@ -474,11 +407,3 @@ class Trainer:
         self.bar.refresh()
         self.run.model.train()
 
-
-def describe_validation(plan: ValidationPlan, whole: int, steps_left: int) -> str:
-    if plan.sample is None:
-        return f"validation: every {plan.every:,} steps on the whole validation text"
-    if plan.every > steps_left:
-        return f"validation: on the whole text at the end only, to keep it within {VAL_SHARE:.0%} of --max-time"
-    return (f"validation: every {plan.every:,} steps on a sample of {plan.sample:,} of its {whole:,} characters, and "
-            f"on the whole text at the end, to keep it within {VAL_SHARE:.0%} of --max-time")

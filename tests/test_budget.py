@@ -3,6 +3,7 @@ whole text at the end), and a timed run planned over the whole budget."""
 
 import json
 import sys
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -90,8 +91,8 @@ def test_a_timed_run_validates_on_a_sample_and_reports_the_whole_text(tmp_path, 
     the end, and only that competes for best."""
     import chargen.budget
 
-    monkeypatch.setattr(sys.modules["chargen.train"], "plan_validation",
-                        lambda *args, **kwargs: ValidationPlan(5, 3000))
+    monkeypatch.setattr(sys.modules["chargen.timed_plan"], "plan_validation",
+                        lambda *args, **kwargs: ValidationPlan(100, 3000))
     text, val = tmp_path / "train.txt", tmp_path / "val.txt"
     text.write_text(make_text(600, seed=1))
     val.write_text(make_text(600, seed=2))
@@ -125,17 +126,43 @@ def test_a_timed_run_without_epochs_is_planned_over_the_whole_budget(tmp_path):
 
 def test_a_run_out_of_time_before_its_plan_is_fitted_names_no_total(tmp_path):
     """Stopped by the clock before the first fit, the closing line shows no placeholder plan
-    (it once read "at step 1 of 1,000,000,000,000")."""
+    (it once read "at step 1 of 1,000,000,000,000"), and with no time left for a final
+    validation, it says so instead of running one past the budget."""
     text = tmp_path / "tiny.txt"
     text.write_text(make_text(12, seed=5))
     lines = []
     result = train(load_corpus(text), tmp_path / "run", tiny_model(hidden=16, layers=1),
                    tiny_train(steps=None, max_time=0.001, batch_size=2, bptt=8, sample_chars=0), log=lines.append)
     assert result.stopped == "time" and result.step < TimeBudget.FIRST_FIT
+    assert any(line.startswith("no final validation: ") for line in lines)
     closing = next(line for line in lines if line.startswith("stopped (time)"))
-    assert closing.startswith(f"stopped (time) at step {result.step:,}; best val bpc")
+    assert closing.startswith(f"stopped (time) at step {result.step:,}; not validated yet")
     assert f"{TIMED_PLAN:,}" not in closing
 
+
+def test_no_placeholder_plan_reaches_a_log_an_event_a_file_or_the_app(tmp_path):
+    """A timed run stopped (here by its stop event) before its plan is fitted to the time:
+    its train events, config.json and the app's progress line show no step total."""
+    from chargen import faults
+    from chargen.job import progress_line
+
+    text = tmp_path / "tiny.txt"
+    text.write_text(make_text(200, seed=5))
+    stop, events, lines = threading.Event(), [], []
+    stop_at = faults.Faults(loss=lambda step, loss: (stop.set() if step == 12 else None) or loss)
+    with faults.injected(stop_at):
+        result = train(load_corpus(text), tmp_path / "run", tiny_model(),
+                       tiny_train(steps=None, max_time=600, log_every=5, eval_every=100), stop=stop,
+                       on_event=events.append, log=lines.append)
+    assert result.stopped == "interrupted" and result.step == 12 < TimeBudget.FIRST_FIT
+    trains = [e for e in events if e["event"] == "train"]
+    assert trains and all(e["total_steps"] is None for e in trains)
+    assert "fitting the plan to the time" in progress_line("run", trains[-1], 1.0)
+    written = [(tmp_path / "run" / name).read_text() for name in ("config.json", "metrics.jsonl")]
+    shown = "\n".join(lines + written + [progress_line("run", e, 1.0) for e in trains])
+    assert str(TIMED_PLAN) not in shown.replace(",", "") and str(2**62) not in shown.replace(",", "")
+    record = json.loads(written[0])
+    assert record["summary"]["total_steps"] is None and record["lr_schedule"]["total_steps"] is None
 
 
 def test_the_plan_keeps_a_margin_and_the_probe_counts_in_the_budget():
@@ -154,13 +181,13 @@ def test_a_plan_of_no_more_validations_holds_whenever_the_last_one_was(tmp_path,
     the end, however the plan grows at later refits."""
     calls, during, real_plan = [], [], plan_validation
 
-    def plan(allowance, steps_left, eval_every, whole, cost, sample=None, whole_only=False):
+    def plan(allowance, steps_left, eval_every, whole, cost, sample=None, whole_only=False, final_seconds=None):
         calls.append(steps_left)
         if len(calls) <= 2:
             return ValidationPlan(4, 3000)
         return real_plan(0.0, steps_left, eval_every, whole, cost, 3000)  # nothing left to spend
 
-    monkeypatch.setattr(sys.modules["chargen.train"], "plan_validation", plan)
+    monkeypatch.setattr(sys.modules["chargen.timed_plan"], "plan_validation", plan)
     text = tmp_path / "train.txt"
     text.write_text(make_text(600, seed=1))
     result = train(load_corpus(text), tmp_path / "run", tiny_model(),

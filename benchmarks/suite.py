@@ -1,0 +1,148 @@
+"""The budget suite (issue 33): chargen's ``--max-time`` choice on five kinds of text, at
+several budgets, natively and as an AVX2-only CPU sees it, against the fixed sizes and
+dropouts around it, the plain PyTorch loop and a small transformer, at equal wall time.
+
+Texts (``benchmarks/suite_texts.py``: a play, English prose, Python source, Russian prose
+and a list of names; built from the shipped corpora and pinned package archives, each split
+90/10). In every cell (text, budget, CPU): ``auto`` (``chargen train TRAIN --val-file VAL
+--max-time B``, nothing else), ``around`` (the sizes next to auto's on chargen's ladder at
+its dropout, and its size at the dropouts next to its own: run after auto, from auto's
+record), ``LAYERSxHIDDEN:DROPOUT`` (a fixed setting), ``plain:LAYERSxHIDDEN``
+(``benchmarks.plain_loop``) and ``gpt`` (``benchmarks.tiny_gpt``, nanoGPT's CPU
+configuration). Every figure is the whole validation text's loss (chargen: the best
+whole-text validation in its summary; the baselines: chargen's evaluator, or the sliding
+windows of tiny_gpt). The list trains in lines mode in chargen (each name from a fresh
+state, scored with its end) and as a stream of lines in the baselines.
+
+    python -m benchmarks.suite --budgets 60 --isa native                    # 5 texts x 3: ~20 min
+    python -m benchmarks.suite --texts play --budgets 411 --configs auto around
+    python -m benchmarks.suite --report                                     # the tables of what is done
+
+Rows go to OUT/results.jsonl as each run ends; a run already there is not run again, so
+the grid fills in over several sittings. Runs are timed: one at a time, on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.budget import command as chargen_command
+from benchmarks.common import OUT, ROOT, append_jsonl, child_env, command_line, cpu_name, read_jsonl
+from benchmarks.suite_texts import TEXTS, split
+from chargen.autosize import LADDER
+
+CONFIGS = ["auto", "around", "plain:1x256", "gpt"]
+DROPOUTS = (0.0, 0.1, 0.2, 0.3, 0.4)
+
+
+def command(config: str, train: Path, val: Path, budget: float, run: Path) -> list[str]:
+    if config == "gpt":
+        return [sys.executable, "-m", "benchmarks.tiny_gpt", str(train), str(val), "--max-time", str(budget),
+                "--json", str(run / "result.json")]
+    cmd = chargen_command(config, train, val, budget, run)
+    return [part if part != str(run / "plain.json") else str(run / "result.json") for part in cmd]
+
+
+def run_one(text: str, config: str, isa: str, budget: float, out: Path) -> dict:
+    train, val = split(text, out)
+    run = out / "runs" / text / f"{isa}-{budget:g}-{config.replace(':', '_')}"
+    run.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    done = subprocess.run(command(config, train, val, budget, run), env=child_env(ROOT, isa), cwd=ROOT,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    (run / "log.txt").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise SystemExit(f"{text} {config} ({isa}, {budget:g} s) failed:\n{(done.stderr or done.stdout)[-2000:]}")
+    row = {"text": text, "config": config, "isa": isa, "budget": budget, "wall_seconds": round(wall, 1),
+           "cpu": cpu_name()}
+    if config.startswith("plain:") or config == "gpt":
+        return row | json.loads((run / "result.json").read_text())
+    saved = json.loads((run / "config.json").read_text())
+    summary, model = saved["summary"], saved["model"]
+    return row | {"val_loss": summary["best_val_loss"], "steps": summary["step"],
+                  "epochs": round(summary["chars_seen"] / len(train.read_text(encoding="utf-8")), 2),
+                  "train_seconds": summary["train_seconds"], "validation_seconds": summary.get("validation_seconds"),
+                  "size": f"{model['layers']}x{model['hidden']}", "dropout": model["dropout"],
+                  "weight_decay": saved["train"]["weight_decay"], "precision": saved.get("precision_used")}
+
+
+def around(auto: dict) -> list[str]:
+    """The fixed settings next to auto's choice: the ladder's sizes on either side at its
+    dropout, and its size at the dropouts on either side."""
+    size, dropout = tuple(int(v) for v in auto["size"].split("x")), auto["dropout"]
+    i = LADDER.index(size) if size in LADDER else None
+    sizes = [] if i is None else [LADDER[j] for j in (i - 1, i + 1) if 0 <= j < len(LADDER)]
+    d = min(range(len(DROPOUTS)), key=lambda k: abs(DROPOUTS[k] - dropout))
+    dropouts = [DROPOUTS[k] for k in (d - 1, d + 1) if 0 <= k < len(DROPOUTS)]
+    return [f"{layers}x{hidden}:{dropout:g}" for layers, hidden in sizes] + \
+           [f"{auto['size']}:{other:g}" for other in dropouts]
+
+
+def cell_rows(rows: list[dict], text: str, isa: str, budget: float) -> list[dict]:
+    cpu = cpu_name()
+    return [r for r in rows if (r["text"], r["isa"], r["budget"], r.get("cpu")) == (text, isa, budget, cpu)]
+
+
+def fill(out: Path, texts: list[str], budgets: list[float], isas: list[str], configs: list[str]) -> None:
+    results = out / "results.jsonl"
+    for isa in isas:
+        for budget in budgets:
+            for text in texts:
+                for config in configs:
+                    rows = cell_rows(read_jsonl(results), text, isa, budget)
+                    if config == "around":
+                        auto = next((r for r in rows if r["config"] == "auto"), None)
+                        wanted = around(auto) if auto else []
+                    else:
+                        wanted = [config]
+                    for one in wanted:
+                        if any(r["config"] == one for r in cell_rows(read_jsonl(results), text, isa, budget)):
+                            continue
+                        print(f"{text} {isa} {budget:g} s {one} ...", file=sys.stderr, flush=True)
+                        append_jsonl(results, run_one(text, one, isa, budget, out))
+
+
+def report(rows: list[dict]) -> str:
+    lines = []
+    for cpu, isa, budget, text in sorted({(r.get("cpu", ""), r["isa"], r["budget"], r["text"]) for r in rows}):
+        group = sorted((r for r in rows if (r.get("cpu", ""), r["isa"], r["budget"], r["text"]) ==
+                        (cpu, isa, budget, text)), key=lambda r: r["val_loss"])
+        fixed = min((r["val_loss"] for r in group if ":" in r["config"] and not r["config"].startswith("plain")),
+                    default=None)
+        lines += ["", f"### {text}, {budget:g} s, {cpu}, {isa}", "",
+                  "| configuration | model | val loss (nats/char) | against the best fixed | steps | epochs |",
+                  "| --- | --- | ---: | ---: | ---: | ---: |"]
+        for r in group:
+            model = f"{r['size']}, dropout {r['dropout']:g}, wd {r['weight_decay']:g}" if "size" in r else \
+                f"{r.get('parameters', 0):,} parameters" if r["config"] == "gpt" else ""
+            gap = "" if fixed is None else f"{r['val_loss'] - fixed:+.3f}"
+            epochs = r.get("epochs")
+            lines.append(f"| {r['config']} | {model} | {r['val_loss']:.4f} | {gap} | {r['steps']:,} | "
+                         f"{'' if epochs is None else f'{epochs:.2f}'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = command_line(__doc__, __spec__.name)
+    parser.add_argument("--out", type=Path, default=OUT / "suite")
+    parser.add_argument("--texts", nargs="+", default=list(TEXTS), choices=list(TEXTS))
+    parser.add_argument("--budgets", type=float, nargs="+", default=[60, 137, 411, 1800])
+    parser.add_argument("--isa", nargs="+", default=["native", "AVX2"],
+                        help="native, or an ONEDNN_MAX_CPU_ISA value such as AVX2 (default: both)")
+    parser.add_argument("--configs", nargs="+", default=CONFIGS,
+                        help="auto, around, LAYERSxHIDDEN:DROPOUT, plain:LAYERSxHIDDEN, gpt")
+    parser.add_argument("--report", action="store_true", help="only print the tables of what is done")
+    args = parser.parse_args()
+    args.out = args.out.resolve()  # (runs start in another folder)
+    if not args.report:
+        fill(args.out, args.texts, args.budgets, args.isa, args.configs)
+    print(report(read_jsonl(args.out / "results.jsonl")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The texts of the budget suite (``python -m benchmarks.suite``, issue 33): five kinds,
+each split 90/10 into a training and a validation file, built from the shipped corpora and
+from pinned package archives (checked against their SHA-256), never from the web at run
+time. Fetch the archives once (PyPI and Debian are package registries):
+
+    pip download Brotli==1.1.0 --no-deps --no-binary Brotli -d benchmarks/out/suite/sources
+    pip download sentencepiece==0.2.0 pip==24.3.1 --no-deps --no-binary :all: -d benchmarks/out/suite/sources
+    (cd benchmarks/out/suite/sources && apt-get download fortunes-ru=1.52-3.1)
+
+- ``play``: the first 1,000,000 characters of corpora/shakespeare.txt (the plays, verse and
+  prose; the text of ``benchmarks.budget``).
+- ``prose``: three books of English prose from the Canterbury corpus and Project Gutenberg,
+  as their packages ship them: *Alice's Adventures in Wonderland* and the Library of Congress
+  report *lcet10* (``tests/testdata`` of Brotli 1.1.0), and Natsume's *Botchan* in English
+  (``test/botchan.txt`` of sentencepiece 0.2.0); the Gutenberg headers and licences cut off.
+- ``code``: Python source, the ``.py`` files of pip 24.3.1's source archive (pip and the
+  libraries it vendors) in path order, whole files, the first 1,000,000 characters or so.
+- ``russian``: Russian prose, the UTF-8 files of Debian's fortunes-ru 1.52-3.1 (quotations,
+  jokes and stories in Cyrillic) in name order, each entry a paragraph, about 1,000,000
+  characters.
+- ``list``: corpora/first_names.txt, one name a line, shuffled with a fixed seed before the
+  split (its sorted order would leave only Y and Z names to validate on); lines mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+import re
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.common import ROOT, corpus_split
+
+SIZE = 1_000_000
+ARCHIVES = {  # file name: SHA-256
+    "Brotli-1.1.0.tar.gz": "81de08ac11bcb85841e440c13611c00b67d3bf82698314928d0b676362546724",
+    "sentencepiece-0.2.0.tar.gz": "a52c19171daaf2e697dc6cbe67684e0fa341b1248966f6aebb541de654d15843",
+    "pip-24.3.1.tar.gz": "ebcb60557f2aefabc2e0f918751cd24ea0d56d8ec5445fe1807f1d2109660b99",
+    "fortunes-ru_1.52-3.1_all.deb": "2dc76af9c0e02e2926d36f88dcb685bb171fab8677e553a6def41efe8a551cc6",
+}
+
+
+def archive(sources: Path, name: str) -> bytes:
+    """A pinned archive's bytes, checked; a missing or different one stops the suite with how to fetch it."""
+    path = sources / name
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing; fetch the archives as the top of benchmarks/suite_texts.py says")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != ARCHIVES[name]:
+        raise SystemExit(f"{path} is not the pinned archive (its SHA-256 differs); fetch it again")
+    return data
+
+
+def members(data: bytes, wanted: Callable[[str], bool]) -> dict[str, bytes]:
+    """The files of a .tar.gz whose names ``wanted`` accepts."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile() and wanted(m.name)}
+
+
+def gutenberg_body(text: str) -> str:
+    """A Project Gutenberg etext without its header and licence."""
+    start = re.search(r"\*\*\* ?START OF (THIS|THE) PROJECT GUTENBERG[^\n]*\n", text)
+    end = re.search(r"\n[^\n]*\*\*\* ?END OF (THIS|THE) PROJECT GUTENBERG", text)
+    return text[start.end() if start else 0 : end.start() if end else len(text)]
+
+
+def tidy(text: str) -> str:
+    """LF line endings, no trailing spaces, runs of blank lines made one."""
+    lines = [line.rstrip() for line in text.replace("\ufeff", "").replace("\r\n", "\n").split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
+
+
+def play(sources: Path) -> str:
+    return (ROOT / "corpora" / "shakespeare.txt").read_text(encoding="utf-8")[:SIZE]
+
+
+def prose(sources: Path) -> str:
+    brotli = members(archive(sources, "Brotli-1.1.0.tar.gz"), lambda name: name.endswith(("/alice29.txt",
+                                                                                          "/lcet10.txt")))
+    spm = members(archive(sources, "sentencepiece-0.2.0.tar.gz"), lambda name: name.endswith("/botchan.txt"))
+    books = [brotli[name].decode("latin-1") for name in sorted(brotli)] + \
+            [gutenberg_body(text.decode("utf-8")) for text in spm.values()]
+    return "\n\n".join(tidy(book) for book in books)
+
+
+def code(sources: Path) -> str:
+    files = members(archive(sources, "pip-24.3.1.tar.gz"), lambda name: name.endswith(".py"))
+    text = ""
+    for name in sorted(files):
+        if len(text) >= SIZE:
+            break
+        text += tidy(files[name].decode("utf-8")) + "\n"
+    return text
+
+
+def russian(sources: Path) -> str:
+    deb = archive(sources, "fortunes-ru_1.52-3.1_all.deb")
+    data = deb[deb.index(b"data.tar"):]  # (an ar archive: the data member is a tar, found by its name)
+    header, body = data[:60], data[60:]
+    size = int(header[48:58])
+    entries = []
+    with tarfile.open(fileobj=io.BytesIO(body[:size])) as tar:
+        for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            if not member.isfile() or "/fortunes/ru/" not in member.name or member.name.endswith(".dat"):
+                continue
+            try:
+                text = tar.extractfile(member).read().decode("utf-8")
+            except UnicodeDecodeError:  # (a KOI8-R twin of a .u8 file)
+                continue
+            entries += [tidy(entry) for entry in text.split("\n%\n") if entry.strip()]
+            if sum(map(len, entries)) >= SIZE:
+                break
+    return "\n".join(entries)
+
+
+def names(sources: Path) -> str:
+    items = (ROOT / "corpora" / "first_names.txt").read_text(encoding="utf-8").splitlines()
+    random.Random(33).shuffle(items)
+    return "\n".join(items) + "\n"
+
+
+TEXTS: dict[str, Callable[[Path], str]] = {"play": play, "prose": prose, "code": code, "russian": russian,
+                                           "list": names}
+
+
+def split(kind: str, out: Path) -> tuple[Path, Path]:
+    """OUT/data/KIND/train.txt and val.txt (made once), cut 90/10 at a line break."""
+    return corpus_split(out / "data" / kind, lambda: TEXTS[kind](out / "sources"), at_line=True)

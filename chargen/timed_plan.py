@@ -1,0 +1,116 @@
+"""``--max-time`` in the training loop: the plan, and the validations within it, refitted
+to the time left at the speed of the latest steps (chargen.budget has the arithmetic), and
+the final validation fitted to what is left at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from tqdm import tqdm
+
+from .budget import (
+    MIN_SAMPLE,
+    NONE_FITS,
+    TimeBudget,
+    ValidationClock,
+    ValidationCost,
+    ValidationPlan,
+    describe_validation,
+    final_validation,
+    fit_to_time,
+    plan_validation,
+)
+from .prepare import TIMED_PLAN, PreparedRun
+from .schedule import format_schedule
+
+
+class TimedPlan:
+    """The plan of one timed run, refitted as it trains: the Trainer's clock and validation
+    clock, which it changes, and how to score the validation text (for the first timing)."""
+
+    def __init__(self, run: PreparedRun, budget: TimeBudget, clock: ValidationClock, bar: tqdm,
+                 log: Callable[[str], None], score: Callable[[int | None], tuple[float, int]],
+                 samples: Callable[[], object] | None) -> None:
+        self.run, self.budget, self.clock, self.bar, self.log = run, budget, clock, bar, log
+        self.score, self.samples = score, samples
+
+    def fit(self) -> float:
+        """Refit the plan, and the validations within it, to what is left of --max-time, at
+        the speed of the latest steps; the final validation is planned as the whole text
+        when that fits in what is left of VAL_SHARE of the budget, else as the largest
+        sample that does, and its time is kept (training stops that much before the end). Returns the
+        seconds spent timing a validation (neither training nor validation)."""
+        progress, config, whole = self.run.state.progress, self.run.config, self.run.feed.val_targets
+        budget = self.budget
+        probed = self.time_validation() if budget.cost is None else 0.0
+        step_seconds, cost = budget.step_seconds(progress), budget.validation_cost(progress)
+        final_seconds = budget.final_reserve(whole, cost)
+        total, plan = progress.total_steps, self.clock.plan
+        for _ in range(2):  # the validations depend on the steps left, and the steps on them
+            plan = plan_validation(budget.validation_allowance(), max(0, total - progress.step), config.eval_every,
+                                   whole, cost, self.clock.plan.sample, whole_only=config.patience is not None,
+                                   final_seconds=final_seconds)
+            during = cost.seconds(whole if plan.sample is None else plan.sample)
+            total = fit_to_time(progress.requested_steps, progress.step, budget.seconds_left(), step_seconds, during,
+                                plan.every, final_seconds)
+        total = self.run.ranks.from_main(total, self.run.device)  # every rank follows rank 0's clock and plan
+        plan = ValidationPlan(self.run.ranks.from_main(plan.every, self.run.device),
+                              self.run.ranks.from_main(-1 if plan.sample is None else plan.sample, self.run.device))
+        plan = plan if plan.sample != -1 else ValidationPlan(plan.every)
+        first, old = progress.total_steps >= TIMED_PLAN, self.clock.plan
+        if abs(total - progress.total_steps) > progress.total_steps // 100:
+            millis = f"{step_seconds * 1000:.{1 if step_seconds < 0.01 else 0}f}"
+            self.log(f"plan fitted to --max-time {config.max_time:g}: {total:,} steps ({millis} ms a step, "
+                     f"{cost.seconds(whole):.1f} s a validation)")
+        steps_left = total - progress.step
+        if (plan.sample, plan.every > steps_left) != (old.sample, old.every > steps_left):  # a new kind of plan
+            self.log(describe_validation(plan, whole, steps_left))
+        self.clock.plan, budget.next_fit = plan, progress.step + max(1, (total - progress.step) // 10)
+        self.clock.next_at = max(progress.step + 1, self.clock.validated_at + plan.every)
+        budget.reserve = final_seconds + step_seconds  # (the clock is read after a step: one may run over)
+        budget.mark(progress)
+        progress.total_steps = self.run.schedule.total_steps = self.bar.total = total
+        if first:  # the schedule's length is known only now
+            self.log(format_schedule(self.run.scaling.describe(config.batch_size, self.run.feed.steps_per_epoch,
+                                                           self.run.schedule)))
+        self.bar.refresh()
+        return probed
+
+    def time_validation(self) -> float:
+        """Time the scoring of a small sample and the samples a validation shows, before
+        any validation has run: the final one is planned from them (a guess from the training
+        speed was 30x off for small models). Like the size probe, it is the budget's but
+        neither training nor validation."""
+        progress, start = self.run.state.progress, time.perf_counter()
+        _, scored = self.score(min(MIN_SAMPLE, self.run.feed.val_targets))
+        scoring = time.perf_counter() - start
+        if self.samples is not None:
+            self.samples()
+        spent = time.perf_counter() - start
+        self.budget.measured(ValidationCost(scoring / max(1, scored), spent - scoring), progress)
+        self.budget.last_tick += spent
+        return spent
+
+    def final_sample(self) -> int | None:
+        """What the last validation scores: the whole text (None); in a timed run whose whole
+        text would not fit in the time left, the largest sample that does, or NONE_FITS,
+        either said in the log."""
+        progress, whole = self.run.state.progress, self.run.feed.val_targets
+        self.clock.final_at = progress.step
+        if self.run.config.max_time is None:
+            return None
+        left, cost = self.budget.seconds_left(), self.budget.validation_cost(progress)
+        sample = final_validation(left, whole, cost)
+        if sample is None:
+            return None
+        took = f"the whole text would take about {cost.seconds(whole):.1f} s, and {max(0.0, left):.1f} s of " \
+               f"--max-time {self.run.config.max_time:g} are left"
+        if sample == NONE_FITS:
+            self.log(f"no final validation: {took}, too few to score even {min(MIN_SAMPLE, whole):,} characters")
+        else:
+            self.log(f"the final validation scores a sample of {sample:,} of the {whole:,} validation characters: "
+                     f"{took} (a sample's figure does not compete for the best weights)")
+        return sample
+

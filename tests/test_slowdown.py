@@ -1,0 +1,143 @@
+"""--max-time when the machine changes speed under the run (other work on the same cores):
+the plan refitted to the speed of the latest steps, a validation's cost scaled with them,
+the final validation kept within the budget (a sample, said so, when the whole text would
+not fit), and the run ending within 2% of its budget. The machine is slowed through the
+fault seams (``faults.Faults.slow``), so these tests do not depend on this one's speed."""
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+
+from chargen import faults, load_corpus, train
+from chargen.budget import (
+    FINAL_MARGIN,
+    MIN_SAMPLE,
+    NONE_FITS,
+    RECENT_STEPS,
+    TimeBudget,
+    ValidationCost,
+    final_reserve,
+    final_validation,
+)
+from chargen.feeds import StreamFeed
+from chargen.model import CharLSTM
+from chargen.trainer_state import Progress
+from conftest import make_text, tiny_model, tiny_train
+
+BUDGET = 8.0
+
+
+class SlowMachine:
+    """The slow fault: from ``after`` seconds on, every step and validation takes ``factor``
+    times as long; validations take ``validation`` times as long throughout (so that
+    scoring the validation text is a known share of the budget, on any machine)."""
+
+    def __init__(self, after: float, factor: float, validation: float = 1.0) -> None:
+        self.start, self.after, self.factor, self.validation = time.perf_counter(), after, factor, validation
+
+    def __call__(self, what: str, seconds: float) -> None:
+        late = time.perf_counter() - self.start >= self.after
+        times = (self.factor if late else 1.0) * (self.validation if what == "validation" else 1.0)
+        time.sleep(seconds * (times - 1))
+
+
+def scoring_seconds(corpus, model_config) -> float:
+    """What scoring the whole validation text takes here (the second of two: the first
+    pays for allocation)."""
+    feed = StreamFeed(corpus.train_ids, corpus.val_ids, 4, 16, False, "cpu")
+    model = CharLSTM(replace(model_config, vocab_size=corpus.tokenizer.vocab_size))
+    feed.evaluate(model)
+    start = time.perf_counter()
+    feed.evaluate(model)
+    return time.perf_counter() - start
+
+
+def timed_run(tmp_path, n_lines: int, val_fraction: float, share: float, factor: float):
+    """A BUDGET-second run whose whole validation takes ``share`` of the budget, on a machine
+    ``factor`` times slower from halfway: (result, log lines, wall seconds)."""
+    text = tmp_path / "text.txt"
+    text.write_text(make_text(n_lines, seed=3))
+    corpus, model = load_corpus(text, val_fraction=val_fraction), tiny_model(hidden=64)
+    validation = max(1.0, share * BUDGET / scoring_seconds(corpus, model))
+    lines = []
+    with faults.injected(faults.Faults(slow=SlowMachine(BUDGET / 2, factor, validation))):
+        start = time.perf_counter()
+        result = train(corpus, tmp_path / "run", model,
+                       tiny_train(steps=None, max_time=BUDGET, eval_every=50, sample_chars=0), log=lines.append)
+        wall = time.perf_counter() - start
+    return result, lines, wall
+
+
+def step_millis(lines: list[str]) -> list[float]:
+    """The step times the plan was fitted to, in order."""
+    return [float(line.split("(")[1].split(" ms")[0]) for line in lines if line.startswith("plan fitted")]
+
+
+def test_a_machine_that_halves_its_speed_halfway_ends_on_time_with_its_final_validation_whole(tmp_path):
+    """Steps and validations take twice as long from halfway: the plan is refitted to the
+    new speed (the schedule still finishes its decay), the final validation's time is kept
+    at the new cost (before, a run stopped by the clock scored the whole text after the
+    deadline: 110% of the budget), and the run ends within 2% of its budget."""
+    result, lines, wall = timed_run(tmp_path, 1500, 0.3, share=0.015, factor=2.0)
+    assert abs(wall - BUDGET) <= 0.02 * BUDGET, (wall, lines)
+    millis = step_millis(lines)
+    assert millis[-1] >= 1.6 * min(millis), millis  # refitted to the slower steps
+    assert result.step >= 0.99 * result.total_steps  # the schedule ran to its end
+    final = [e for e in result.history if e["event"] == "val"][-1]
+    assert final["step"] == result.step and final["whole"]
+    assert result.best_val_loss is not None and not any("final validation" in line for line in lines)
+
+
+def test_a_final_validation_that_would_not_fit_scores_a_sample_and_says_so(tmp_path):
+    """Scoring the whole text takes 8% of the budget (more than validation's 5%): the run
+    validates once, at the end, on the largest sample that fits in its share, says so, and
+    keeps that figure out of the best weights' race; it still ends within 2% of its budget."""
+    result, lines, wall = timed_run(tmp_path, 2000, 0.4, share=0.08, factor=1.0)
+    assert abs(wall - BUDGET) <= 0.02 * BUDGET, (wall, lines)
+    vals = [e for e in result.history if e["event"] == "val"]
+    assert [e["step"] for e in vals] == [result.step] and not vals[0]["whole"] and not vals[0]["best"]
+    assert MIN_SAMPLE <= vals[0]["chars"] < len(load_corpus(tmp_path / "text.txt", val_fraction=0.4).val_ids)
+    said = next(line for line in lines if line.startswith("the final validation scores a sample of"))
+    assert "does not compete for the best weights" in said
+    assert result.best_val_loss is None and result.last_val_loss == pytest.approx(vals[0]["val_loss"])
+    closing = next(line for line in lines if line.startswith(("stopped (time)", "finished")))
+    assert f"at the end on a sample of {vals[0]['chars']:,} characters" in closing
+    summary = json.loads((tmp_path / "run" / "config.json").read_text())["summary"]
+    assert summary["best_val_loss"] is None
+
+
+def test_the_final_validation_is_whole_a_sample_or_none_by_the_time_left():
+    cost = ValidationCost(per_target=1e-4, fixed=0.5)  # the whole 100,000: 10.5 s
+    assert final_validation(10.5, 100_000, cost) is None
+    assert final_validation(5.5, 100_000, cost) == 50_000
+    assert final_validation(0.5 + 1e-4 * (MIN_SAMPLE - 1), 100_000, cost) == NONE_FITS
+    assert final_validation(0.2, 100_000, ValidationCost(1e-4, 0.0)) == NONE_FITS
+    assert final_validation(0.6, 2_000, cost) == NONE_FITS  # (a small text: whole or nothing)
+
+
+def test_a_run_keeps_time_for_a_final_figure_even_past_the_validation_share():
+    """The final validation is kept within what is left of 5% of the budget, except that
+    the smallest sample (or a small text whole) gets up to a fifth of it: a short run on a
+    slow machine ends with a figure, not with none (the app's few-second runs did)."""
+    cost = ValidationCost(per_target=1e-4, fixed=0.0)  # the whole 100,000: 10 s; the smallest 0.82 s
+    assert final_reserve(20.0, 100_000, cost, most=40.0) == pytest.approx(FINAL_MARGIN * 10.0)
+    assert final_reserve(5.0, 100_000, cost, most=40.0) == pytest.approx(5.0, rel=1e-3)  # a sample in 5 s
+    assert final_reserve(0.5, 100_000, cost, most=40.0) == pytest.approx(FINAL_MARGIN * 1e-4 * MIN_SAMPLE)
+    assert final_reserve(0.5, 100_000, cost, most=1.0) == 0.0  # not even that fits in the most
+    assert final_reserve(0.0, 5_000, cost, most=1.0) == pytest.approx(FINAL_MARGIN * 0.5)  # a small text, whole
+
+
+def test_the_speed_is_read_off_the_latest_steps_and_a_validation_cost_scales_with_it():
+    progress = Progress(step=100, train_seconds=1.0)
+    budget = TimeBudget(60.0, Progress())
+    assert budget.step_seconds(progress) == pytest.approx(0.01)
+    budget.measured(ValidationCost(2e-6, 0.1), progress)
+    budget.mark(progress)  # a fit, and then the machine runs at half speed
+    progress.step, progress.train_seconds = 100 + RECENT_STEPS, 1.0 + RECENT_STEPS * 0.02
+    assert budget.step_seconds(progress) == pytest.approx(0.02)  # not the mean since the start (0.0125)
+    assert budget.validation_cost(progress) == ValidationCost(pytest.approx(4e-6), pytest.approx(0.2))
+    progress.step, progress.train_seconds = 90, 0.9  # back to a checkpoint: the marks after it mean nothing
+    budget.restart(progress)
+    assert budget.marks == [(0, 0.0)] and budget.step_seconds(progress) == pytest.approx(0.01)
