@@ -8,7 +8,7 @@ the matrices), 100 warmup steps, a cosine to 1e-4, gradient clipping at 1, rando
 the training text, fp32. Here the cosine runs over the time budget (as the plain loop's
 does), and the model is written out (pre-norm blocks, causal attention, tied embeddings, as
 nanoGPT's ``model.py``). The whole validation text is scored: windows of 64 every 32
-characters, each character scored once with at least 32 before it (the first window's all).
+characters, each character scored once, with at least 32 before it past the first window.
 
     python -m benchmarks.tiny_gpt TRAIN.txt VAL.txt --max-time 137 [--json OUT]
 """
@@ -89,26 +89,33 @@ def train(ids: np.ndarray, vocab: int, seconds: float) -> tuple[TinyGPT, int, fl
     return model, step, time.perf_counter() - start
 
 
+def windows(n: int) -> list[tuple[int, int]]:
+    """(start, offset) of the windows of CONTEXT + 1 characters that score each of the n - 1
+    targets of a text once: a window starting at s scores targets s + 1 + k for k from
+    offset; every target past the first window's has at least CONTEXT/2 before it."""
+    if n <= CONTEXT + 1:
+        return [(0, 0)]  # (one short window: all)
+    half = CONTEXT // 2
+    spans = [(start, 0 if start == 0 else half) for start in range(0, n - CONTEXT, half)]
+    covered = spans[-1][0] + CONTEXT  # (the last target scored so far)
+    if covered < n - 1:
+        start = n - 1 - CONTEXT
+        spans.append((start, covered - start))
+    return spans
+
+
 @torch.inference_mode()
 def score(model: TinyGPT, ids: np.ndarray, batch: int = 256) -> float:
-    """Mean loss (nats) of every character after the first: windows of CONTEXT every
-    CONTEXT/2, each character scored in the window where it has the most before it."""
+    """Mean loss (nats) of every character after the first (``windows``)."""
     model.eval()
-    data, half = torch.from_numpy(ids.astype(np.int64)), CONTEXT // 2
-    starts = list(range(0, max(1, len(data) - CONTEXT), half))
+    data, spans = torch.from_numpy(ids.astype(np.int64)), windows(len(ids))
     total, count = 0.0, 0
-    for i in range(0, len(starts), batch):
-        chunk = starts[i : i + batch]
-        window = torch.stack([data[s : s + CONTEXT + 1] for s in chunk]) if len(data) > CONTEXT else data[None]
+    for i in range(0, len(spans), batch):
+        chunk = spans[i : i + batch]
+        window = torch.stack([data[start : start + CONTEXT + 1] for start, _ in chunk])
         losses = F.cross_entropy(model(window[:, :-1]).transpose(1, 2), window[:, 1:], reduction="none")
-        keep = torch.ones_like(losses, dtype=torch.bool)
-        keep[:, :half] = torch.tensor([s == 0 for s in chunk])[:, None]  # (the first window scores its start too)
+        keep = torch.arange(losses.shape[1])[None, :] >= torch.tensor([offset for _, offset in chunk])[:, None]
         total, count = total + float(losses[keep].sum()), count + int(keep.sum())
-    tail = starts[-1] + CONTEXT  # (characters past the last window: scored with CONTEXT before them)
-    for end in range(tail + 1, len(data)):
-        window = data[end - CONTEXT : end + 1][None]
-        total += float(F.cross_entropy(model(window[:, :-1])[:, -1], window[:, -1]))
-        count += 1
     return total / count
 
 

@@ -91,6 +91,8 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     """Set up (or with ``resume``, read back: from the latest resume point, or the one kept
     at step ``resume_from``) the run in ``run_dir`` on ``corpus``; logs its start-up report
     through ``log``."""
+    import torch._dynamo  # noqa: F401  (AdamW's first construction in a process imports it: ~1 s, torch's, not the budget's)
+
     log, started = log or (lambda message: None), time.perf_counter()
     resume = resume or resume_from is not None
     check_distributed(corpus, config, ranks)

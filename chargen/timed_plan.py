@@ -11,6 +11,7 @@ from collections.abc import Callable
 from tqdm import tqdm
 
 from .budget import (
+    FINAL_SLACK,
     MIN_SAMPLE,
     NONE_FITS,
     TimeBudget,
@@ -69,7 +70,8 @@ class TimedPlan:
             self.log(describe_validation(plan, whole, steps_left))
         self.clock.plan, budget.next_fit = plan, progress.step + max(1, (total - progress.step) // 10)
         self.clock.next_at = max(progress.step + 1, self.clock.validated_at + plan.every)
-        budget.reserve = final_seconds + step_seconds  # (the clock is read after a step: one may run over)
+        # (the clock is read after a step, distributed at log steps only: that many may run over)
+        budget.reserve = final_seconds + step_seconds * (config.log_every if self.run.ranks.active else 1)
         budget.mark(progress)
         progress.total_steps = self.run.schedule.total_steps = self.bar.total = total
         if first:  # the schedule's length is known only now
@@ -102,7 +104,7 @@ class TimedPlan:
         if self.run.config.max_time is None:
             return None
         left, cost = self.budget.seconds_left(), self.budget.validation_cost(progress)
-        sample = final_validation(left, whole, cost)
+        sample = final_validation(left + FINAL_SLACK * self.run.config.max_time, whole, cost)
         if sample is None:
             return None
         took = f"the whole text would take about {cost.seconds(whole):.1f} s, and {max(0.0, left):.1f} s of " \

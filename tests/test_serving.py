@@ -158,7 +158,7 @@ def test_only_one_of_many_threads_draws_from_a_text(service):
 
 
 def test_a_training_runs_to_its_end_and_joins_the_shelf(service):
-    views = service.train("page-a", None, "tiny.txt", "tiny (1x128)", 2, "short")
+    views = service.train("page-a", None, "tiny.txt", "tiny (1x128)", 3, "short")
     first = next(views)
     assert "runs/short" in first.status and "stream mode" in first.status and not first.finished
     *_, last = views
@@ -184,7 +184,7 @@ def test_a_training_can_start_from_a_model_on_the_shelf(service, tmp_path):
     assert (saved["model"]["layers"], saved["model"]["hidden"]) == (2, 24)
     with pytest.raises(ChargenError, match="unknown model 'nope' to start from"):
         service.train("page-a", None, "tiny.txt", AUTO, 2, "never", "nope")
-    *_, last = service.train("page-a", None, "tiny.txt", "tiny (1x128)", 2, "scratch2", SCRATCH)
+    *_, last = service.train("page-a", None, "tiny.txt", "tiny (1x128)", 3, "scratch2", SCRATCH)
     assert "init_from" not in config_json(service.shelf.runs_dir / "scratch2")
 
 
@@ -274,7 +274,7 @@ def test_any_file_name_makes_a_run_name_and_an_upload_is_not_kept(service, tmp_p
     upload = tmp_path / "gradio" / "0123abcd" / "mes données.txt"  # (as Gradio keeps an upload)
     upload.parent.mkdir(parents=True)
     upload.write_text(make_text(200, seed=5))
-    *_, last = service.train("page-a", str(upload), None, "tiny (1x128)", 1, "")
+    *_, last = service.train("page-a", str(upload), None, "tiny (1x128)", 3, "")
     assert last.finished and "bits/char" in last.status, last.status
     run = next(service.shelf.runs_dir.glob("mes-donnees-*"))
     assert not upload.exists() and not upload.parent.exists()

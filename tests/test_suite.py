@@ -1,0 +1,41 @@
+"""The budget suite's own pieces (python -m benchmarks.suite): the settings run around
+auto's choice, and the transformer baseline scoring every validation character once."""
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import tiny_gpt
+from benchmarks.suite import around
+from benchmarks.suite_texts import gutenberg_body, tidy
+
+
+def test_the_settings_around_autos_choice_are_its_ladder_neighbours_and_dropout_neighbours():
+    assert around({"size": "1x512", "dropout": 0.1}) == ["1x256:0.1", "2x512:0.1", "1x512:0", "1x512:0.2"]
+    assert around({"size": "1x128", "dropout": 0.0}) == ["1x256:0", "1x128:0.1"]  # (the ladder's and dropout's ends)
+    assert around({"size": "3x1024", "dropout": 0.4}) == ["2x1024:0.4", "3x1024:0.3"]
+
+
+@pytest.mark.parametrize("n", [2, 30, 65, 66, 97, 98, 1000, 1001])
+def test_the_transformer_scores_every_target_once(n):
+    scored = []
+    for start, offset in tiny_gpt.windows(n):
+        assert start + min(n, tiny_gpt.CONTEXT + 1) <= n
+        scored += [start + 1 + k for k in range(offset, min(n - 1, tiny_gpt.CONTEXT))]
+    assert sorted(scored) == list(range(1, n))
+
+
+def test_the_transformers_score_is_the_mean_loss_of_its_windows():
+    torch.manual_seed(0)
+    model, ids = tiny_gpt.TinyGPT(7), np.random.default_rng(0).integers(0, 7, 300)
+    with torch.inference_mode():  # each target alone, in its window, against the batched score
+        losses = [torch.nn.functional.cross_entropy(model(torch.from_numpy(ids[s : s + 65])[None, :-1])[0, k],
+                                                    torch.tensor(ids[s + 1 + k])).item()
+                  for s, offset in tiny_gpt.windows(len(ids)) for k in range(offset, 64)]
+    assert len(losses) == len(ids) - 1 and tiny_gpt.score(model, ids) == pytest.approx(np.mean(losses), rel=1e-5)
+
+
+def test_a_gutenberg_text_loses_its_header_and_licence():
+    text = "Title\r\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\r\nBody  \r\n\r\n\r\n\r\nEnd.\r\n" \
+           "*** END OF THIS PROJECT GUTENBERG EBOOK X ***\r\nLicence"
+    assert tidy(gutenberg_body(text)) == "Body\n\nEnd.\n"
