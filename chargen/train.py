@@ -20,12 +20,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import board, checkpoint, faults
-from .budget import (
-    NONE_FITS,
-    TimeBudget,
-    ValidationClock,
-    ValidationCost,
-)
+from .budget import NONE_FITS, TimeBudget, ValidationClock, ValidationCost
 from .checks import MAX_SEED
 from .config import TrainConfig
 from .corpus import Corpus
