@@ -22,9 +22,7 @@ are never mixed in a table). Runs are timed: one at a time, on a quiet machine.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from benchmarks.common import (
@@ -37,6 +35,7 @@ from benchmarks.common import (
     corpus_split,
     cpu_name,
     read_jsonl,
+    run_logged,
 )
 
 SLICE = 1_000_000
@@ -76,19 +75,14 @@ def run_one(config: str, isa: str, budget: float, out: Path, train: Path, val: P
     run = out / "runs" / f"{isa}-{budget:g}-{config.replace(':', '_')}"
     run.mkdir(parents=True, exist_ok=True)
     code = before_tree(out) if config == "before" else ROOT  # (python -m puts the working folder first)
-    start = time.perf_counter()
-    done = subprocess.run(command(config, train, val, budget, run), env=child_env(code, isa), cwd=code,
-                          capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    (run / "log.txt").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"{config} ({isa}, {budget:g} s) failed:\n{(done.stderr or done.stdout)[-2000:]}")
+    wall = run_logged(command(config, train, val, budget, run), run, child_env(code, isa), code,
+                      f"{config} ({isa}, {budget:g} s)")
     row = {"config": config, "isa": isa, "budget": budget, "wall_seconds": round(wall, 1), "cpu": cpu_name()}
     if config.startswith("plain:"):
         return row | json.loads((run / "plain.json").read_text())
     saved = json.loads((run / "config.json").read_text())
     summary, model = saved["summary"], saved["model"]
-    chosen = next((line for line in done.stderr.splitlines() if line.startswith("model: ")), None)
+    chosen = next((line for line in (run / "log.txt").read_text().splitlines() if line.startswith("model: ")), None)
     return row | {"val_loss": summary["best_val_loss"], "steps": summary["step"], "chosen": chosen,
                   "train_seconds": summary["train_seconds"], "validation_seconds": summary.get("validation_seconds"),
                   "chars_per_s": round(summary["chars_seen"] / summary["train_seconds"]),

@@ -209,6 +209,18 @@ def corpus_split(data: Path, text: Callable[[], str], share: float = 0.9, at_lin
     return train, val
 
 
+def run_logged(cmd: list[str], run: Path, env: dict[str, str], cwd: Path, what: str) -> float:
+    """Run a benchmark's child, its output kept in ``run``/log.txt; its wall seconds, or
+    SystemExit with the end of its output when it fails."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    (run / "log.txt").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{(done.stderr or done.stdout)[-2000:]}")
+    return wall
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """A file of one JSON object a line (results, or a run's metrics.jsonl); none if it is missing."""
     if not path.exists():

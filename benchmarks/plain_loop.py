@@ -65,6 +65,14 @@ def train(train_ids: np.ndarray, vocab: int, hidden: int, layers: int, seconds: 
     return model, step, time.perf_counter() - start
 
 
+def encode_files(train_file: Path, val_file: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The characters of both files (the vocabulary, sorted) and each file as their ids."""
+    train_text, val_text = (p.read_text(encoding="utf-8") for p in (train_file, val_file))
+    chars = sorted(set(train_text) | set(val_text))
+    index = {c: i for i, c in enumerate(chars)}
+    return chars, *(np.array([index[c] for c in text], dtype=np.int64) for text in (train_text, val_text))
+
+
 def main() -> None:
     parser = command_line(__doc__, __spec__.name)
     parser.add_argument("train_file", type=Path)
@@ -75,10 +83,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="updates, instead of --max-time")
     parser.add_argument("--json", type=Path, help="write the result here")
     args = parser.parse_args()
-    train_text, val_text = (p.read_text(encoding="utf-8") for p in (args.train_file, args.val_file))
-    chars = sorted(set(train_text) | set(val_text))
-    index = {c: i for i, c in enumerate(chars)}
-    train_ids, val_ids = (np.array([index[c] for c in text], dtype=np.int64) for text in (train_text, val_text))
+    chars, train_ids, val_ids = encode_files(args.train_file, args.val_file)
     if (args.max_time is None) == (args.steps is None):
         parser.error("give --max-time or --steps")
     model, steps, seconds = train(train_ids, len(chars), args.hidden, args.layers, args.max_time, steps=args.steps)

@@ -25,13 +25,11 @@ the grid fills in over several sittings. Runs are timed: one at a time, on a qui
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from benchmarks.budget import command as chargen_command
-from benchmarks.common import OUT, ROOT, append_jsonl, child_env, command_line, cpu_name, read_jsonl
+from benchmarks.common import OUT, ROOT, append_jsonl, child_env, command_line, cpu_name, read_jsonl, run_logged
 from benchmarks.suite_texts import TEXTS, split
 from chargen.autosize import LADDER
 
@@ -58,13 +56,8 @@ def run_one(text: str, config: str, isa: str, budget: float, out: Path) -> dict:
     train, val = split(text, out)
     run = out / "runs" / text / f"{isa}-{budget:g}-{config.replace(':', '_')}"
     run.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    done = subprocess.run(command(config, train, val, budget, run), env=child_env(ROOT, isa), cwd=ROOT,
-                          capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    (run / "log.txt").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"{text} {config} ({isa}, {budget:g} s) failed:\n{(done.stderr or done.stdout)[-2000:]}")
+    wall = run_logged(command(config, train, val, budget, run), run, child_env(ROOT, isa), ROOT,
+                      f"{text} {config} ({isa}, {budget:g} s)")
     row = {"text": text, "config": config, "isa": isa, "budget": budget, "wall_seconds": round(wall, 1),
            "cpu": cpu_name()}
     if config.startswith("plain:") or config == "gpt":

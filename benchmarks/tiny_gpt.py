@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from benchmarks.common import command_line, write_json
+from benchmarks.plain_loop import encode_files
 
 CONTEXT, BATCH, LAYERS, HEADS, WIDTH = 64, 12, 4, 4, 128
 LR, MIN_LR, WARMUP, WEIGHT_DECAY = 1e-3, 1e-4, 100, 0.1
@@ -126,10 +127,7 @@ def main() -> None:
     parser.add_argument("--max-time", type=float, required=True, help="training seconds")
     parser.add_argument("--json", type=Path, help="write the result here")
     args = parser.parse_args()
-    train_text, val_text = (p.read_text(encoding="utf-8") for p in (args.train_file, args.val_file))
-    chars = sorted(set(train_text) | set(val_text))
-    index = {c: i for i, c in enumerate(chars)}
-    train_ids, val_ids = (np.array([index[c] for c in text], dtype=np.int64) for text in (train_text, val_text))
+    chars, train_ids, val_ids = encode_files(args.train_file, args.val_file)
     model, steps, seconds = train(train_ids, len(chars), args.max_time)
     result = {"val_loss": score(model, val_ids), "steps": steps, "train_seconds": round(seconds, 1),
               "chars_per_s": round(steps * BATCH * CONTEXT / seconds),
