@@ -45,9 +45,10 @@ NONE_FITS = 0  # final_validation's answer when not even the smallest sample fit
 # The most of the budget a final validation is given when the smallest sample does not fit
 # in VAL_SHARE: a run of a few seconds on a slow machine still ends with a figure.
 FINAL_MOST_SHARE = 0.2
-# What the final validation may run past the budget, as a share of it, rather than be cut to
-# a sample or dropped: a step slower than the rest (a page fault, other work) can eat the time
-# kept for it, and half the 2% a run may end off its budget is better spent than a figure lost.
+# What the final validation may run past the budget, as a share of it, to score the whole
+# text rather than a sample, or the smallest sample rather than none: a step slower than the
+# rest (a page fault, other work) can eat the time kept for it, and half the 2% a run may end
+# off its budget is better spent than a figure lost. (A sample is sized to the time left.)
 FINAL_SLACK = 0.01
 # The final validation is planned at this times its estimate: one a fifth off still fits
 # whole, and what goes unused is a fifth of the final's time (itself at most 5% of the budget).
