@@ -81,14 +81,17 @@ class ValidationCost:
         return targets * self.per_target + self.fixed
 
 
-def final_validation(seconds: float, whole: int, cost: ValidationCost) -> int | None:
+def final_validation(seconds: float, whole: int, cost: ValidationCost, slack: float = 0.0) -> int | None:
     """What the last validation can score within ``seconds``: the whole text (None) when it
     fits, else the targets of the largest sample that does, or NONE_FITS when not even
-    MIN_SAMPLE (or the whole text, if smaller) does."""
-    if cost.seconds(whole) <= seconds:
+    MIN_SAMPLE (or the whole text, if smaller) does. ``slack`` more seconds may be spent, but
+    only on scoring the whole text rather than a sample, or the smallest sample rather than
+    none: a sample is sized to ``seconds``."""
+    smallest = min(MIN_SAMPLE, whole)
+    if cost.seconds(whole) <= seconds + slack:
         return None
     fits = int((seconds - cost.fixed) / cost.per_target) if cost.per_target > 0 else 0
-    return fits if fits >= min(MIN_SAMPLE, whole) else NONE_FITS
+    return fits if fits >= smallest else smallest if cost.seconds(smallest) <= seconds + slack else NONE_FITS
 
 
 def final_reserve(allowance: float, whole: int, cost: ValidationCost, most: float) -> float:

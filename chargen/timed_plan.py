@@ -104,12 +104,7 @@ class TimedPlan:
         if self.run.config.max_time is None:
             return None
         left, cost = self.budget.seconds_left(), self.budget.validation_cost(progress)
-        sample, slack, smallest = final_validation(left, whole, cost), FINAL_SLACK * self.run.config.max_time, \
-            min(MIN_SAMPLE, whole)
-        if sample is not None and cost.seconds(whole) <= left + slack:  # (the slack: a figure whole, or at all)
-            sample = None
-        elif sample == NONE_FITS and cost.seconds(smallest) <= left + slack:
-            sample = smallest
+        sample = final_validation(left, whole, cost, slack=FINAL_SLACK * self.run.config.max_time)
         if sample is None:
             return None
         took = f"the whole text would take about {cost.seconds(whole):.1f} s, and {max(0.0, left):.1f} s of " \

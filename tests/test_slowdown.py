@@ -116,6 +116,11 @@ def test_the_final_validation_is_whole_a_sample_or_none_by_the_time_left():
     assert final_validation(0.5 + 1e-4 * (MIN_SAMPLE - 1), 100_000, cost) == NONE_FITS
     assert final_validation(0.2, 100_000, ValidationCost(1e-4, 0.0)) == NONE_FITS
     assert final_validation(0.6, 2_000, cost) == NONE_FITS  # (a small text: whole or nothing)
+    # the slack buys the whole text or the smallest sample, never a bigger sample
+    assert final_validation(10.0, 100_000, cost, slack=0.6) is None
+    assert final_validation(5.5, 100_000, cost, slack=1.0) == 50_000
+    assert final_validation(1.0, 100_000, cost, slack=0.5) == MIN_SAMPLE
+    assert final_validation(1.0, 100_000, cost, slack=0.1) == NONE_FITS
 
 
 def test_a_run_keeps_time_for_a_final_figure_even_past_the_validation_share():
