@@ -16,6 +16,7 @@ state, scored with its end) and as a stream of lines in the baselines.
 
     python -m benchmarks.suite --budgets 60 --isa native                    # 5 texts x 3: ~20 min
     python -m benchmarks.suite --texts play --budgets 411 --configs auto around
+    python -m benchmarks.suite --texts play --budgets 411 --configs auto --tag ramp  # again, after a change
     python -m benchmarks.suite --report                                     # the tables of what is done
 
 Rows go to OUT/results.jsonl as each run ends; a run already there is not run again, so
@@ -52,14 +53,14 @@ def command(config: str, train: Path, val: Path, budget: float, run: Path) -> li
     return [part if part != str(run / "plain.json") else str(run / "result.json") for part in cmd]
 
 
-def run_one(text: str, config: str, isa: str, budget: float, out: Path) -> dict:
+def run_one(text: str, config: str, isa: str, budget: float, out: Path, tag: str = "") -> dict:
     train, val = split(text, out)
-    run = out / "runs" / text / f"{isa}-{budget:g}-{config.replace(':', '_')}"
+    run = out / "runs" / text / f"{isa}-{budget:g}-{config.replace(':', '_')}{'-' + tag if tag else ''}"
     run.mkdir(parents=True, exist_ok=True)
     wall = run_logged(command(config, train, val, budget, run), run, child_env(ROOT, isa), ROOT,
                       f"{text} {config} ({isa}, {budget:g} s)")
     row = {"text": text, "config": config, "isa": isa, "budget": budget, "wall_seconds": round(wall, 1),
-           "cpu": cpu_name()}
+           "cpu": cpu_name()} | ({"tag": tag} if tag else {})
     if config.startswith("plain:") or config == "gpt":
         return row | json.loads((run / "result.json").read_text())
     saved = json.loads((run / "config.json").read_text())
@@ -84,28 +85,31 @@ def around(auto: dict) -> list[str]:
            [f"{auto['size']}:{other:g}" for other in dropouts]
 
 
-def cell_rows(rows: list[dict], text: str, isa: str, budget: float) -> list[dict]:
+def cell_rows(rows: list[dict], text: str, isa: str, budget: float, tag: str = "") -> list[dict]:
+    """The rows of one cell on this CPU, of one tag (untagged: the first set)."""
     cpu = cpu_name()
-    return [r for r in rows if (r["text"], r["isa"], r["budget"], r.get("cpu")) == (text, isa, budget, cpu)]
+    return [r for r in rows if (r["text"], r["isa"], r["budget"], r.get("cpu"), r.get("tag", "")) ==
+            (text, isa, budget, cpu, tag)]
 
 
-def fill(out: Path, texts: list[str], budgets: list[float], isas: list[str], configs: list[str]) -> None:
+def fill(out: Path, texts: list[str], budgets: list[float], isas: list[str], configs: list[str],
+         tag: str = "") -> None:
     results = out / "results.jsonl"
     for isa in isas:
         for budget in budgets:
             for text in texts:
                 for config in configs:
-                    rows = cell_rows(read_jsonl(results), text, isa, budget)
+                    rows = cell_rows(read_jsonl(results), text, isa, budget, tag)
                     if config == "around":
                         auto = next((r for r in rows if r["config"] == "auto"), None)
                         wanted = around(auto) if auto else []
                     else:
                         wanted = [config]
                     for one in wanted:
-                        if any(r["config"] == one for r in cell_rows(read_jsonl(results), text, isa, budget)):
+                        if any(r["config"] == one for r in cell_rows(read_jsonl(results), text, isa, budget, tag)):
                             continue
                         print(f"{text} {isa} {budget:g} s {one} ...", file=sys.stderr, flush=True)
-                        append_jsonl(results, run_one(text, one, isa, budget, out))
+                        append_jsonl(results, run_one(text, one, isa, budget, out, tag))
 
 
 def report(rows: list[dict]) -> str:
@@ -123,7 +127,8 @@ def report(rows: list[dict]) -> str:
                 f"{r.get('parameters', 0):,} parameters" if r["config"] == "gpt" else ""
             gap = "" if fixed is None else f"{r['val_loss'] - fixed:+.3f}"
             epochs, ended = r.get("epochs"), r.get("cli_seconds")
-            lines.append(f"| {r['config']} | {model} | {r['val_loss']:.4f} | {gap} | {r['steps']:,} | "
+            name = f"{r['config']} [{r['tag']}]" if r.get("tag") else r["config"]
+            lines.append(f"| {name} | {model} | {r['val_loss']:.4f} | {gap} | {r['steps']:,} | "
                          f"{'' if epochs is None else f'{epochs:.2f}'} | "
                          f"{'' if ended is None else f'{ended / budget:.1%}'} |")
     return "\n".join(lines)
@@ -138,11 +143,13 @@ def main() -> None:
                         help="native, or an ONEDNN_MAX_CPU_ISA value such as AVX2 (default: both)")
     parser.add_argument("--configs", nargs="+", default=CONFIGS,
                         help="auto, around, LAYERSxHIDDEN:DROPOUT, plain:LAYERSxHIDDEN, gpt")
+    parser.add_argument("--tag", default="", help="a second set of the same runs (a repeat, or the code after a "
+                        "change): its rows and folders carry the tag, and only runs with it count as done")
     parser.add_argument("--report", action="store_true", help="only print the tables of what is done")
     args = parser.parse_args()
     args.out = args.out.resolve()  # (runs start in another folder)
     if not args.report:
-        fill(args.out, args.texts, args.budgets, args.isa, args.configs)
+        fill(args.out, args.texts, args.budgets, args.isa, args.configs, args.tag)
     print(report(read_jsonl(args.out / "results.jsonl")))
 
 

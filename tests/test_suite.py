@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from benchmarks import tiny_gpt
-from benchmarks.suite import around
+from benchmarks.common import cpu_name
+from benchmarks.suite import around, cell_rows
 from benchmarks.suite_texts import gutenberg_body, tidy
 
 
@@ -39,3 +40,13 @@ def test_a_gutenberg_text_loses_its_header_and_licence():
     text = "Title\r\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\r\nBody  \r\n\r\n\r\n\r\nEnd.\r\n" \
            "*** END OF THIS PROJECT GUTENBERG EBOOK X ***\r\nLicence"
     assert tidy(gutenberg_body(text)) == "Body\n\nEnd.\n"
+
+
+def test_a_tagged_set_of_runs_is_counted_apart_from_the_first():
+    """A repeat or a rerun after a change (``--tag``) runs again what the untagged set has
+    done, and counts as done only what its own tag has."""
+    row = {"text": "play", "isa": "native", "budget": 60.0, "cpu": cpu_name(), "config": "auto"}
+    rows = [row, row | {"tag": "ramp", "config": "1x512:0.2"}]
+    assert [r["config"] for r in cell_rows(rows, "play", "native", 60.0)] == ["auto"]
+    assert [r["config"] for r in cell_rows(rows, "play", "native", 60.0, "ramp")] == ["1x512:0.2"]
+    assert cell_rows(rows, "play", "native", 137.0, "ramp") == []
