@@ -25,7 +25,9 @@ the grid fills in over several sittings. Runs are timed: one at a time, on a qui
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -41,6 +43,14 @@ TIMED_CLI = ("import sys, time; from pathlib import Path; from chargen.cli impor
              "code = main(sys.argv[2:]); Path(sys.argv[1]).write_text(str(time.perf_counter() - start)); "
              "sys.exit(code)")
 DROPOUTS = (0.0, 0.1, 0.2, 0.3, 0.4)
+
+
+def tag_name(value: str) -> str:
+    """A --tag as it may name a run folder: letters, digits, '.', '_' and '-', not starting with a dot."""
+    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,39}", value):
+        raise argparse.ArgumentTypeError(f"{value!r} cannot name a run folder: use up to 40 letters, digits, "
+                                         "'.', '_' or '-', not starting with '.'")
+    return value
 
 
 def command(config: str, train: Path, val: Path, budget: float, run: Path) -> list[str]:
@@ -134,7 +144,7 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--out", type=Path, default=OUT / "suite")
     parser.add_argument("--texts", nargs="+", default=list(TEXTS), choices=list(TEXTS))
@@ -143,13 +153,14 @@ def main() -> None:
                         help="native, or an ONEDNN_MAX_CPU_ISA value such as AVX2 (default: both)")
     parser.add_argument("--configs", nargs="+", default=CONFIGS,
                         help="auto, around, LAYERSxHIDDEN:DROPOUT, plain:LAYERSxHIDDEN, gpt")
-    parser.add_argument("--tag", default="", help="a second set of the same runs (a repeat, or the code after a "
-                        "change): its rows and folders carry the tag, and only runs with it count as done")
+    parser.add_argument("--tag", default=None, type=tag_name,
+                        help="a second set of the same runs (a repeat, or the code after a change): its rows and "
+                             "folders carry the tag, and only runs with it count as done")
     parser.add_argument("--report", action="store_true", help="only print the tables of what is done")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.out = args.out.resolve()  # (runs start in another folder)
     if not args.report:
-        fill(args.out, args.texts, args.budgets, args.isa, args.configs, args.tag)
+        fill(args.out, args.texts, args.budgets, args.isa, args.configs, args.tag or "")
     print(report(read_jsonl(args.out / "results.jsonl")))
 
 

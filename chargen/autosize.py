@@ -21,7 +21,8 @@ falling. Whoever gives ``--dropout`` or ``--weight-decay`` gets that.
 
 The constants come from the sweep of ``python -m benchmarks.budget`` (benchmarks/README.md,
 "How good at a budget"): fixed sizes against each other at equal wall time, natively and as an AVX2-only
-CPU sees it.
+CPU sees it; dropout's rise past the first measurements from ``python -m benchmarks.suite`` ("The suite",
+five kinds of text).
 """
 
 from __future__ import annotations

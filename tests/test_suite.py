@@ -8,6 +8,7 @@ import torch
 from benchmarks import tiny_gpt
 from benchmarks.common import cpu_name
 from benchmarks.suite import around, cell_rows
+from benchmarks.suite import main as suite_main
 from benchmarks.suite_texts import gutenberg_body, tidy
 
 
@@ -50,3 +51,11 @@ def test_a_tagged_set_of_runs_is_counted_apart_from_the_first():
     assert [r["config"] for r in cell_rows(rows, "play", "native", 60.0)] == ["auto"]
     assert [r["config"] for r in cell_rows(rows, "play", "native", 60.0, "ramp")] == ["1x512:0.2"]
     assert cell_rows(rows, "play", "native", 137.0, "ramp") == []
+
+
+@pytest.mark.parametrize("tag", ["../out", "a/b", ".hidden", "", "x" * 41, "a b"])
+def test_a_tag_that_cannot_name_a_run_folder_is_refused_in_one_line(tag, capsys):
+    """The tag names run folders: a path, a dot-file or an empty name is refused before any run."""
+    with pytest.raises(SystemExit) as stop:
+        suite_main(["--tag", tag, "--texts", "play", "--budgets", "1", "--isa", "native", "--configs", "auto"])
+    assert stop.value.code == 2 and "cannot name a run folder" in capsys.readouterr().err
