@@ -17,7 +17,13 @@ state, scored with its end) and as a stream of lines in the baselines.
     python -m benchmarks.suite --budgets 60 --isa native                    # 5 texts x 3: ~20 min
     python -m benchmarks.suite --texts play --budgets 411 --configs auto around
     python -m benchmarks.suite --texts play --budgets 411 --configs auto --tag ramp  # again, after a change
+    python -m benchmarks.suite --texts russian --budgets 411 --steps 3200 --configs 1x512:0.1 1x512:0.2
     python -m benchmarks.suite --report                                     # the tables of what is done
+
+``--steps N`` trains fixed settings for N steps instead of the budget's time, tagged
+``steps-N`` in the budget's cell: the host's speed drifts by a third over minutes, so runs
+of equal time differ in steps, and a setting that trains on for longer (less dropout, say)
+wins by the steps it got; at equal steps only the setting differs.
 
 Rows go to OUT/results.jsonl as each run ends; a run already there is not run again, so
 the grid fills in over several sittings. Runs are timed: one at a time, on a quiet machine.
@@ -43,6 +49,7 @@ TIMED_CLI = ("import sys, time; from pathlib import Path; from chargen.cli impor
              "code = main(sys.argv[2:]); Path(sys.argv[1]).write_text(str(time.perf_counter() - start)); "
              "sys.exit(code)")
 DROPOUTS = (0.0, 0.1, 0.2, 0.3, 0.4)
+FIXED = re.compile(r"\d+x\d+:[\d.]+")  # a fixed setting, LAYERSxHIDDEN:DROPOUT
 
 
 def tag_name(value: str) -> str:
@@ -53,24 +60,28 @@ def tag_name(value: str) -> str:
     return value
 
 
-def command(config: str, train: Path, val: Path, budget: float, run: Path) -> list[str]:
+def command(config: str, train: Path, val: Path, budget: float, run: Path, steps: int | None = None) -> list[str]:
     if config == "gpt":
         return [sys.executable, "-m", "benchmarks.tiny_gpt", str(train), str(val), "--max-time", str(budget),
                 "--json", str(run / "result.json")]
     cmd = chargen_command(config, train, val, budget, run)
+    if steps is not None:  # (a fixed setting for so many steps, not for the budget's time)
+        at = cmd.index("--max-time")
+        cmd[at : at + 2] = ["--steps", str(steps)]
     if cmd[1:3] == ["-m", "chargen"]:
         return [sys.executable, "-c", TIMED_CLI, str(run / "seconds.txt"), *cmd[3:]]
     return [part if part != str(run / "plain.json") else str(run / "result.json") for part in cmd]
 
 
-def run_one(text: str, config: str, isa: str, budget: float, out: Path, tag: str = "") -> dict:
+def run_one(text: str, config: str, isa: str, budget: float, out: Path, tag: str = "",
+            steps: int | None = None) -> dict:
     train, val = split(text, out)
     run = out / "runs" / text / f"{isa}-{budget:g}-{config.replace(':', '_')}{'-' + tag if tag else ''}"
     run.mkdir(parents=True, exist_ok=True)
-    wall = run_logged(command(config, train, val, budget, run), run, child_env(ROOT, isa), ROOT,
+    wall = run_logged(command(config, train, val, budget, run, steps), run, child_env(ROOT, isa), ROOT,
                       f"{text} {config} ({isa}, {budget:g} s)")
     row = {"text": text, "config": config, "isa": isa, "budget": budget, "wall_seconds": round(wall, 1),
-           "cpu": cpu_name()} | ({"tag": tag} if tag else {})
+           "cpu": cpu_name()} | ({"tag": tag} if tag else {}) | ({"fixed_steps": steps} if steps else {})
     if config.startswith("plain:") or config == "gpt":
         return row | json.loads((run / "result.json").read_text())
     saved = json.loads((run / "config.json").read_text())
@@ -103,7 +114,7 @@ def cell_rows(rows: list[dict], text: str, isa: str, budget: float, tag: str = "
 
 
 def fill(out: Path, texts: list[str], budgets: list[float], isas: list[str], configs: list[str],
-         tag: str = "") -> None:
+         tag: str = "", steps: int | None = None) -> None:
     results = out / "results.jsonl"
     for isa in isas:
         for budget in budgets:
@@ -119,24 +130,27 @@ def fill(out: Path, texts: list[str], budgets: list[float], isas: list[str], con
                         if any(r["config"] == one for r in cell_rows(read_jsonl(results), text, isa, budget, tag)):
                             continue
                         print(f"{text} {isa} {budget:g} s {one} ...", file=sys.stderr, flush=True)
-                        append_jsonl(results, run_one(text, one, isa, budget, out, tag))
+                        append_jsonl(results, run_one(text, one, isa, budget, out, tag, steps))
 
 
 def report(rows: list[dict]) -> str:
     lines = []
-    for cpu, isa, budget, text in sorted({(r.get("cpu", ""), r["isa"], r["budget"], r["text"]) for r in rows}):
-        group = sorted((r for r in rows if (r.get("cpu", ""), r["isa"], r["budget"], r["text"]) ==
-                        (cpu, isa, budget, text)), key=lambda r: r["val_loss"])
+
+    def cell(r: dict) -> tuple:  # (runs of fixed steps are a table of their own)
+        return r.get("cpu", ""), r["isa"], r["budget"], r["text"], r.get("fixed_steps", 0)
+
+    for cpu, isa, budget, text, steps in sorted({cell(r) for r in rows}):
+        group = sorted((r for r in rows if cell(r) == (cpu, isa, budget, text, steps)), key=lambda r: r["val_loss"])
         fixed = min((r["val_loss"] for r in group if ":" in r["config"] and not r["config"].startswith("plain")),
                     default=None)
-        lines += ["", f"### {text}, {budget:g} s, {cpu}, {isa}", "",
+        lines += ["", f"### {text}, {budget:g} s{f' (each {steps:,} steps)' if steps else ''}, {cpu}, {isa}", "",
                   "| configuration | model | val loss (nats/char) | against the best fixed | steps | epochs | "
                   "ended at (of the budget) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
         for r in group:
             model = f"{r['size']}, dropout {r['dropout']:g}, wd {r['weight_decay']:g}" if "size" in r else \
                 f"{r.get('parameters', 0):,} parameters" if r["config"] == "gpt" else ""
             gap = "" if fixed is None else f"{r['val_loss'] - fixed:+.3f}"
-            epochs, ended = r.get("epochs"), r.get("cli_seconds")
+            epochs, ended = r.get("epochs"), None if steps else r.get("cli_seconds")
             name = f"{r['config']} [{r['tag']}]" if r.get("tag") else r["config"]
             lines.append(f"| {name} | {model} | {r['val_loss']:.4f} | {gap} | {r['steps']:,} | "
                          f"{'' if epochs is None else f'{epochs:.2f}'} | "
@@ -156,11 +170,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default=None, type=tag_name,
                         help="a second set of the same runs (a repeat, or the code after a change): its rows and "
                              "folders carry the tag, and only runs with it count as done")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="train fixed settings for this many steps, not the budget's time (tagged steps-N)")
     parser.add_argument("--report", action="store_true", help="only print the tables of what is done")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()  # (runs start in another folder)
+    if args.steps is not None:
+        if args.steps < 1 or (loose := [c for c in args.configs if not FIXED.fullmatch(c)]):
+            parser.error(f"--steps runs fixed settings (LAYERSxHIDDEN:DROPOUT) for at least one step, not "
+                         f"{args.steps if args.steps < 1 else ', '.join(loose)}")
+        args.tag = args.tag or f"steps-{args.steps}"
     if not args.report:
-        fill(args.out, args.texts, args.budgets, args.isa, args.configs, args.tag or "")
+        fill(args.out, args.texts, args.budgets, args.isa, args.configs, args.tag or "", args.steps)
     print(report(read_jsonl(args.out / "results.jsonl")))
 
 

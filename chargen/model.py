@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 from torch import nn
@@ -73,6 +73,12 @@ class CharLSTM(nn.Module):
         self.lstm = nn.LSTM(config.embedding, config.hidden, config.layers,
                             dropout=dropout if config.layers > 1 else 0.0)
         self.head = nn.Linear(config.hidden, config.vocab_size)
+
+    def set_dropout(self, dropout: float) -> None:
+        """Dropout from now on (a timed run's, refitted with its plan: chargen.prepare)."""
+        self.config = replace(self.config, dropout=dropout)
+        self.drop.p = dropout
+        self.lstm.dropout = dropout if self.config.layers > 1 else 0.0
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         device = device or self.head.weight.device

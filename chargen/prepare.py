@@ -46,7 +46,9 @@ Log = Callable[[str], None]
 @dataclass(frozen=True)
 class PreparedRun:
     """A run ready for its first step. Fixed: the loop changes the state inside ``state``
-    (and the schedule's length, once fitted to --max-time), never what is here."""
+    (and the schedule's length, once fitted to --max-time), never what is here; the one
+    change, the regularisation refitted with a timed plan, makes a new one
+    (``refit_regularisation``)."""
 
     run_dir: Path
     corpus: Corpus  # its ids in the run's vocabulary
@@ -67,6 +69,7 @@ class PreparedRun:
     record: RunRecord  # config.json, less what changes as it trains (record_now)
     started: float  # (time.perf_counter) when set-up began: --max-time counts set-up, the size probe with it
     resumed: bool
+    chosen: tuple[str, ...] = ()  # "dropout", "weight_decay": chosen for a new timed run, refitted with its plan
 
     @property
     def mode(self) -> Mode:
@@ -107,8 +110,9 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     if saved is not None:
         decay = config.weight_decay if config.weight_decay is not None else saved.train.weight_decay
         model_config, config = text.model, replace(config, weight_decay=0.01 if decay is None else decay)
-        sizing = []
+        sizing, chosen = [], ()
     else:
+        chosen = chosen_regularisation(text.model, config)
         model_config, config, sizing = fit_model(text.model, config, feed, text.tokenizer.vocab_size,
                                                                 device, dtype, ranks)
     # Refuse a model the machine cannot hold before building it, with the figures.
@@ -121,7 +125,7 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     start_or_resume(run_dir, source, force, need.parameters, state, record, text, device, ranks, my_streams, log)
     scaling, schedule = plan_schedule(config, feed, state.progress)
     run = PreparedRun(run_dir, text.corpus, config, model_config, text.tokenizer, text.default_prime, device, dtype,
-                      ranks, feed, model, net, state, my_streams, scaling, schedule, record, started, resume)
+                      ranks, feed, model, net, state, my_streams, scaling, schedule, record, started, resume, chosen)
     if ranks.main:
         write_record(run_dir, record_now(run))
     if ranks.main:  # (one voice; and only rank 0's machine need hold the folder)
@@ -261,6 +265,42 @@ def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed |
                   f"{weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else
                                          f" ({fitting.note})" if fitting.note else ""))
     return replace(model, dropout=dropout), replace(config, weight_decay=weight_decay), sizing
+
+
+def chosen_regularisation(asked: ModelConfig | None, config: TrainConfig) -> tuple[str, ...]:
+    """What of the regularisation a new run leaves to chargen and, with --max-time, to be
+    decided again once the plan is fitted to the time: the start-up probe only guesses the
+    speed, and the machine may be busier or quieter by the first steps."""
+    if config.max_time is None:
+        return ()
+    given = {"dropout": None if asked is None else asked.dropout, "weight_decay": config.weight_decay}
+    return tuple(name for name, value in given.items() if value is None)
+
+
+def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRun, str]:
+    """The run with the dropout and weight decay it left to chargen decided again for the
+    epochs of its fitted plan of ``total_steps`` (autosize.regularisation), in the model and
+    optimizer and in its record; and the line that says so (empty where nothing changed)."""
+    if not run.chosen:
+        return run, ""
+    epochs, params = total_steps / run.feed.steps_per_epoch, run.record.parameters
+    fitting = regularisation(epochs, params, run.feed.epoch_targets)
+    dropout = fitting.dropout if "dropout" in run.chosen else run.model_config.dropout
+    weight_decay = fitting.weight_decay if "weight_decay" in run.chosen else run.config.weight_decay
+    if (dropout, weight_decay) == (run.model_config.dropout, run.config.weight_decay):
+        return run, ""
+    changes = [f"{name} {new:g} (was {old:g})" for name, new, old in (
+        ("dropout", dropout, run.model_config.dropout), ("weight decay", weight_decay, run.config.weight_decay))
+        if new != old]
+    line = (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
+            f"{epochs * params / run.feed.epoch_targets:.3g}): {', '.join(changes)}; the same without timing: "
+            f"--dropout {dropout:g} --weight-decay {weight_decay:g}")
+    run.model.set_dropout(dropout)
+    run.state.optimizer.param_groups[0]["weight_decay"] = weight_decay  # (the matrices: see param_groups)
+    model_config = replace(run.model_config, dropout=dropout)
+    config = replace(run.config, weight_decay=weight_decay)
+    record = replace(run.record, model=model_config, train=config)
+    return replace(run, model_config=model_config, config=config, record=record), line
 
 
 def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed: StreamFeed | LinesFeed,

@@ -23,13 +23,14 @@ from .budget import (
     fit_to_time,
     plan_validation,
 )
-from .prepare import TIMED_PLAN, PreparedRun
+from .prepare import TIMED_PLAN, PreparedRun, refit_regularisation
 from .schedule import format_schedule
 
 
 class TimedPlan:
     """The plan of one timed run, refitted as it trains: the Trainer's clock and validation
-    clock, which it changes, and how to score the validation text (for the first timing)."""
+    clock, which it changes, and how to score the validation text (for the first timing).
+    Its ``run`` is the Trainer's, with the regularisation refitted at the first fit."""
 
     def __init__(self, run: PreparedRun, budget: TimeBudget, clock: ValidationClock, bar: tqdm,
                  log: Callable[[str], None], score: Callable[[int | None], tuple[float, int]],
@@ -74,6 +75,10 @@ class TimedPlan:
         budget.reserve = final_seconds + step_seconds * (config.log_every if self.run.ranks.active else 1)
         budget.mark(progress)
         progress.total_steps = self.run.schedule.total_steps = self.bar.total = total
+        if len(budget.marks) == 2:  # (the first fit: dropout and weight decay, if chosen, follow the plan)
+            self.run, refitted = refit_regularisation(self.run, total)
+            if refitted:
+                self.log(refitted)
         if first:  # the schedule's length is known only now
             self.log(format_schedule(self.run.scaling.describe(config.batch_size, self.run.feed.steps_per_epoch,
                                                            self.run.schedule)))

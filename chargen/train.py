@@ -159,6 +159,7 @@ class Trainer:
                 self.window.add(loss, batch.targets)
                 if config.max_time is not None and budget.fit_due(progress, now):
                     self.window.start += self.timed.fit()
+                    self.run = self.timed.run  # (its regularisation may be refitted to the plan)
                 # log
                 at_end = progress.step == progress.total_steps
                 if (progress.step % config.log_every == 0 or at_end) and not self.log_window(lr, now):

@@ -25,6 +25,7 @@ from chargen.autosize import (
     regularisation,
 )
 from chargen.cli import main
+from chargen.corpus import epoch_steps
 from chargen.model import CharLSTM
 from conftest import make_text, tiny_train
 
@@ -203,11 +204,48 @@ def test_a_timed_run_without_a_model_gets_the_chosen_size(texts, tmp_path, monke
     assert (saved["model"]["layers"], saved["model"]["hidden"]) == (1, 256) and calls
     chosen = params(replace(BASE, hidden=256, vocab_size=corpus.tokenizer.vocab_size))
     chars, text = 1.2e12 / chosen * 1.9, len(corpus.train_ids)
-    expected = regularisation(chars / text, chosen, text)
+    at_start = regularisation(chars / text, chosen, text)  # (from the probe's speed: 87 epochs, dropout 0.4)
+    assert f"dropout {at_start.dropout:g}" in next(line for line in lines if line.startswith("regularisation for"))
+    expected = plan_regularisation(lines, chosen, text, tiny_train())  # (this machine trains far fewer)
     assert saved["model"]["dropout"] == expected.dropout and saved["train"]["weight_decay"] == expected.weight_decay
     assert any(line.startswith("model: 1x256, chosen for --max-time 2") for line in lines)
-    assert any(line.startswith("regularisation for") for line in lines)
     assert result.model.config.hidden == 256
+
+
+def plan_regularisation(lines: list[str], size: int, text: int, config) -> Regularisation:
+    """The regularisation for the plan the run's log says it was refitted to."""
+    refit = next(line for line in lines if line.startswith("regularisation refitted to the plan of"))
+    planned = int(refit.split("plan of ")[1].split(" steps")[0].replace(",", ""))
+    return regularisation(planned / epoch_steps(text, config.batch_size, config.bptt), size, text)
+
+
+def test_the_regularisation_follows_the_plan_not_the_probe(tmp_path, monkeypatch):
+    """The probe saw a machine too slow for any exposure (so no dropout at start-up); the
+    first fit of the plan to the time finds the steps fast, the text seen many times over:
+    dropout and weight decay as its epochs call for, in the model, the optimizer and
+    config.json, said in the log. A given --dropout stays as given."""
+    train_file, val_file = tmp_path / "train.txt", tmp_path / "val.txt"
+    train_file.write_text(make_text(140, seed=1))  # about 4,500 characters: 1x24 has about one per parameter
+    val_file.write_text(make_text(20, seed=2))
+    fake_probe(monkeypatch, 1.0)
+    corpus, lines = load_corpus(train_file, val_path=val_file), []
+    config = tiny_train(steps=None, max_time=3.0, batch_size=16, base_batch_size=16, sample_chars=0)
+    model = ModelConfig(hidden=24, layers=2, embedding=8)  # (dropout left to chargen)
+    result = train(corpus, tmp_path / "run", model, config, log=lines.append)
+    assert "dropout 0, weight decay 0" in next(line for line in lines if line.startswith("regularisation for"))
+    size, text = result.model.num_parameters(), len(corpus.train_ids)
+    expected = plan_regularisation(lines, size, text, config)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["model"]["dropout"] == expected.dropout > 0 and saved["train"]["weight_decay"] == expected.weight_decay
+    assert any(f"dropout {expected.dropout:g} (was 0)" in line for line in lines)
+    assert result.model.drop.p == result.model.lstm.dropout == result.model.config.dropout == expected.dropout
+    lines.clear()
+    given = train(corpus, tmp_path / "given", replace(model, dropout=0.05), config, log=lines.append)
+    refits = [line.split(";")[0] for line in lines if line.startswith("regularisation refitted")]
+    assert given.model.drop.p == 0.05 and not any("dropout" in line for line in refits)
+    saved = json.loads((tmp_path / "given" / "config.json").read_text())
+    assert saved["model"]["dropout"] == 0.05
+    assert saved["train"]["weight_decay"] == plan_regularisation(lines, size, text, config).weight_decay > 0
 
 
 def test_explicit_settings_always_win(texts, tmp_path, monkeypatch):

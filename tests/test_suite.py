@@ -7,7 +7,7 @@ import torch
 
 from benchmarks import tiny_gpt
 from benchmarks.common import cpu_name
-from benchmarks.suite import around, cell_rows
+from benchmarks.suite import around, cell_rows, command, report
 from benchmarks.suite import main as suite_main
 from benchmarks.suite_texts import gutenberg_body, tidy
 
@@ -59,3 +59,28 @@ def test_a_tag_that_cannot_name_a_run_folder_is_refused_in_one_line(tag, capsys)
     with pytest.raises(SystemExit) as stop:
         suite_main(["--tag", tag, "--texts", "play", "--budgets", "1", "--isa", "native", "--configs", "auto"])
     assert stop.value.code == 2 and "cannot name a run folder" in capsys.readouterr().err
+
+
+def test_fixed_steps_replace_the_budgets_time_and_make_a_table_of_their_own(tmp_path):
+    """--steps: a fixed setting trains for so many steps (the host's drift cannot give one
+    setting more of them), and its rows are compared only with each other."""
+    cmd = command("1x512:0.2", tmp_path / "t", tmp_path / "v", 411.0, tmp_path, steps=3200)
+    assert "--max-time" not in cmd and cmd[cmd.index("--steps") + 1] == "3200"
+    assert cmd[cmd.index("--dropout") + 1] == "0.2"
+    assert "--max-time" in command("1x512:0.2", tmp_path / "t", tmp_path / "v", 411.0, tmp_path)
+    row = {"text": "russian", "isa": "native", "budget": 411.0, "cpu": "x", "size": "1x512", "weight_decay": 0.01,
+           "steps": 3200, "epochs": 15.0, "cli_seconds": 500.0}
+    rows = [row | {"config": "1x512:0.1", "dropout": 0.1, "val_loss": 1.36},
+            row | {"config": "1x512:0.2", "dropout": 0.2, "val_loss": 1.38, "tag": "steps-3200", "fixed_steps": 3200},
+            row | {"config": "1x512:0.3", "dropout": 0.3, "val_loss": 1.39, "tag": "steps-3200", "fixed_steps": 3200}]
+    timed, stepped = report(rows).split("### ")[1:]
+    assert "(each 3,200 steps)" in stepped and "1x512:0.1" not in stepped and "| +0.010 |" in stepped
+    assert "121.7%" in timed and "%" not in stepped  # (a run of fixed steps has no budget to end within)
+
+
+@pytest.mark.parametrize("args", [["--configs", "auto"], ["--configs", "1x512:0.1", "gpt"], ["--steps", "0"]])
+def test_fixed_steps_are_for_fixed_settings_only(args, capsys):
+    with pytest.raises(SystemExit) as stop:
+        suite_main(["--steps", "100", "--texts", "play", "--budgets", "1", "--isa", "native", "--configs",
+                    "1x128:0", *args])
+    assert stop.value.code == 2 and "--steps runs fixed settings" in capsys.readouterr().err
