@@ -4,14 +4,18 @@ With ``--max-time`` and no ``--hidden``, ``--layers`` or ``--dropout``, the run'
 chosen here. A short speed probe times a training step of each candidate size on this
 machine, device and precision, from the smallest up; a size's training speed times the
 budget is the characters C it can train on, and the rule takes the largest size that gets
-at least ``CHARS_PER_PARAM`` characters per parameter P, and no more parameters than
-``PARAMS_PER_CHAR`` per character of the text. A bigger model learns more per character
-but sees fewer of them. In the sweep, 1x512 beat 1x256 where it got 3.3 characters per
-parameter (bf16, 137 s), and lost to it by 0.05 nats where it got 1.8 (fp32 under the AVX2
-cap); the line sits between. Each rung of the ladder has about 3.5 times the parameters and
-a third of the speed, so C/P falls about tenfold from one rung to the next. The probe stops
-at the first size below the line, or when the next one would take more than
-``PROBE_SHARE`` of the budget to time; it is counted in the budget.
+at least ``CHARS_PER_PARAM`` characters per parameter P in at least ``MIN_STEPS`` steps,
+and no more parameters than ``PARAMS_PER_CHAR`` per character of the text. A bigger model
+learns more per character but sees fewer of them. In the sweep, 1x512 beat 1x256 where it
+got 3.3 characters per parameter (bf16, 137 s: about 980 steps), and lost to it by 0.05 nats
+where it got 1.8 (fp32 under the AVX2 cap); the line sits between. The steps: in the suite
+at 60 s under the AVX2 cap, 1x256 on 7-9 characters per parameter but 620-680 steps lost to
+1x128 (1,700-1,800 steps) on all four texts that are not lists, by 0.03 to 0.15 nats; 1x512
+at 570-810 steps natively was a toss-up against 1x256 (won two, lost three, by up to 0.06);
+at 980 and more it won (the sweep). The line sits between. Each rung of the ladder has
+about 3.5 times the parameters and a third of the speed, so C/P falls about tenfold from one
+rung to the next. The probe stops at the first size below a line, or when the next one would
+take more than ``PROBE_SHARE`` of the budget to time; it is counted in the budget.
 
 Dropout and weight decay follow the run's exposure (``regularisation``): its epochs times
 the model's parameters per character of the text. A run of little exposure never meets a
@@ -41,6 +45,7 @@ from .model import CharLSTM, ModelConfig
 # (layers, hidden), smallest first; each about three times the parameters of the last.
 LADDER = ((1, 128), (1, 256), (1, 512), (2, 512), (2, 1024), (3, 1024))
 CHARS_PER_PARAM = 2.5  # the least training characters per parameter for a size to be chosen
+MIN_STEPS = 800  # ... and the fewest updates (steps of the run's batch)
 PARAMS_PER_CHAR = 4.0  # the most parameters per character of the training text
 PROBE_SHARE = 0.03  # of the budget, at most, for timing the candidates
 PROBE_STEPS = 2  # timed steps per candidate (the fastest counts), after one that warms up the kernels
@@ -154,9 +159,10 @@ params = parameter_count  # (the model's parameters, counted without building it
 def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_chars: int, base: ModelConfig,
                 step_chars: int, most_chars: float = math.inf,
                 ladder: tuple[tuple[int, int], ...] = LADDER) -> SizeChoice:
-    """The largest size of ``ladder`` that gets CHARS_PER_PARAM characters per parameter in
-    ``seconds`` of training (at the speed ``probe`` measures) without exceeding
-    PARAMS_PER_CHAR parameters per character of the text; the smallest if none does.
+    """The largest size of ``ladder`` that gets CHARS_PER_PARAM characters per parameter and
+    MIN_STEPS steps (of ``step_chars`` characters) in ``seconds`` of training (at the speed
+    ``probe`` measures) without exceeding PARAMS_PER_CHAR parameters per character of the
+    text; the smallest if none does.
     ``base`` gives the vocabulary and embedding; a plan of ``most_chars`` caps what any
     size can see. Sizes are timed from the smallest up, and
     no longer once one falls below the line or the next would take more than PROBE_SHARE
@@ -175,26 +181,33 @@ def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_cha
                 break
         probed.append(Probed(config, probe(config)))
         after_first = after_first or time.perf_counter()  # (the first also pays torch's one-time set-up)
-        if chosen is not None and min(most_chars, probed[-1].chars_per_s * seconds) / params(config) < CHARS_PER_PARAM:
+        if chosen is not None and short_of(probed[-1], seconds, step_chars, most_chars):
             break
         chosen = probed[-1]
     chars = min(most_chars, chosen.chars_per_s * seconds)
-    reason = describe_choice(chosen, probed, seconds, train_chars, most_chars, stopped)
+    reason = describe_choice(chosen, probed, seconds, train_chars, most_chars, stopped, step_chars)
     return SizeChoice(chosen.config, tuple(probed), time.perf_counter() - start, chars, reason)
 
 
-def describe_choice(chosen: Probed, probed: list[Probed], seconds: float, train_chars: int,
-                    most_chars: float = math.inf, stopped: str = "") -> str:
-    def per_param(p: Probed) -> float:
-        return min(most_chars, p.chars_per_s * seconds) / params(p.config)
+def short_of(size: Probed, seconds: float, step_chars: int, most_chars: float = math.inf) -> str:
+    """What ``size`` lacks to be chosen (CHARS_PER_PARAM, MIN_STEPS), said; empty if nothing."""
+    chars = min(most_chars, size.chars_per_s * seconds)
+    if chars / params(size.config) < CHARS_PER_PARAM:
+        return f"{chars / params(size.config):.1f} per parameter, below the line of {CHARS_PER_PARAM:g}"
+    if chars / max(1, step_chars) < MIN_STEPS:
+        return f"{chars / max(1, step_chars):,.0f} steps, below the line of {MIN_STEPS:,}"
+    return ""
 
+
+def describe_choice(chosen: Probed, probed: list[Probed], seconds: float, train_chars: int,
+                    most_chars: float = math.inf, stopped: str = "", step_chars: int = 1) -> str:
     speeds = ", ".join(f"{p.name} {p.chars_per_s:,.0f}" for p in probed)
     chars = min(most_chars, chosen.chars_per_s * seconds)
-    why = (f"{chosen.name} can train on {chars / 1e6:.3g}M characters, {per_param(chosen):.1f} per parameter "
-           f"({chars / train_chars:.3g} epochs)")
+    why = (f"{chosen.name} can train on {chars / 1e6:.3g}M characters, {chars / params(chosen.config):.1f} per "
+           f"parameter, in {chars / max(1, step_chars):,.0f} steps ({chars / train_chars:.3g} epochs)")
     if probed[-1] is not chosen:
         bigger = probed[probed.index(chosen) + 1]
-        why += f"; {bigger.name} on {per_param(bigger):.1f} per parameter, below the line of {CHARS_PER_PARAM:g}"
+        why += f"; {bigger.name} on {short_of(bigger, seconds, step_chars, most_chars)}"
     elif stopped:
         why += f"; the next size is {stopped}"
     return f"probe (chars/s) {speeds}; {why}"

@@ -273,6 +273,7 @@ def configs_from_args(args: argparse.Namespace, saved: RunRecord | None) -> tupl
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    started = time.perf_counter()  # (--max-time is the command's: its imports and the text's reading count)
     from tqdm import tqdm
 
     from .distributed import from_environment, leave, shared_store_advice
@@ -301,7 +302,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not (args.quiet and message.startswith("--- sample")):
             tqdm.write(message, file=sys.stderr)
 
-    texts, started = [Path(t) for t in args.text_file], time.perf_counter()
+    texts, reading = [Path(t) for t in args.text_file], time.perf_counter()
     size = sum(t.stat().st_size for t in texts if t.is_file())
     big = size >= BIG_FILE_BYTES
     if big:
@@ -309,7 +310,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     corpus = load_corpus(texts[0] if len(texts) == 1 else texts, val_path=args.val_file, val_fraction=args.val_fraction,
                          encoding=args.encoding, errors=args.errors, mode=mode or "auto")
     if big:
-        log(f"read {corpus.source['chars']:,} characters in {time.perf_counter() - started:.1f} s")
+        log(f"read {corpus.source['chars']:,} characters in {time.perf_counter() - reading:.1f} s")
     model_config, config = configs_from_args(args, saved)
 
     # Under torchrun: join the process group; each rank takes its own GPU where there are GPUs.
@@ -325,7 +326,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             log(f"--resume auto: {'resuming the run' if args.resume else 'no run to resume yet, starting one'} in "
                 f"{run_dir}")
         result = train(corpus, run_dir, model_config, replace(config, device=device), resume=args.resume,
-                       resume_from=args.resume_from, force=force, log=log, progress_bar=not args.quiet, ranks=ranks)
+                       resume_from=args.resume_from, force=force, log=log, progress_bar=not args.quiet, ranks=ranks,
+                       started=started)
     finally:
         leave(finished=result is not None)
     return {"done": 0, "time": 0, "interrupted": 130, "patience": 0}[result.stopped]

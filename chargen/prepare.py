@@ -90,13 +90,14 @@ class RunText:
 
 def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None, config: TrainConfig, *,
                 resume: bool = False, resume_from: int | None = None, force: bool = False, log: Log | None = None,
-                ranks: Ranks = SINGLE) -> PreparedRun:
+                ranks: Ranks = SINGLE, started: float | None = None) -> PreparedRun:
     """Set up (or with ``resume``, read back: from the latest resume point, or the one kept
     at step ``resume_from``) the run in ``run_dir`` on ``corpus``; logs its start-up report
-    through ``log``."""
-    import torch._dynamo  # noqa: F401  (AdamW's first construction in a process imports it: ~1 s, torch's, not the budget's)
+    through ``log``. --max-time counts from ``started`` (default: after torch's one-time
+    imports here)."""
+    import torch._dynamo  # noqa: F401  (AdamW's first construction in a process imports it: ~1 s)
 
-    log, started = log or (lambda message: None), time.perf_counter()
+    log, started = log or (lambda message: None), time.perf_counter() if started is None else started
     resume = resume or resume_from is not None
     check_distributed(corpus, config, ranks)
     if config.tensorboard:

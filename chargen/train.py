@@ -68,6 +68,7 @@ def train(
     on_event: Callable[[dict], None] | None = None,
     stop: threading.Event | None = None,
     ranks: Ranks = SINGLE,
+    started: float | None = None,
 ) -> TrainResult:
     """Train (or with ``resume``, continue) the run in ``run_dir`` on ``corpus``; with
     ``resume_from`` as well, from the resume point kept at that step (``config.keep``).
@@ -76,11 +77,13 @@ def train(
     drawn at each validation (``{"event": "sample", "texts": [...]}``, not written);
     setting ``stop`` ends the run after the current step, with a checkpoint, like Ctrl-C.
     Under torchrun, ``ranks`` (``chargen.distributed.from_environment``) says which process
-    this is: ``config.batch_size`` is the global batch, and only rank 0 writes or logs."""
+    this is: ``config.batch_size`` is the global batch, and only rank 0 writes or logs.
+    A --max-time budget counts from ``started`` (a ``time.perf_counter()``; default: now):
+    the CLI starts it before it reads the text, so that the budget is the command's."""
     if not ranks.main:  # one voice: rank 0 logs, shows progress and reports events
         log, progress_bar, on_event = None, False, None
     run = prepare_run(corpus, Path(run_dir), model_config, config or TrainConfig(), resume=resume,
-                      resume_from=resume_from, force=force, log=log, ranks=ranks)
+                      resume_from=resume_from, force=force, log=log, ranks=ranks, started=started)
     return Trainer(run, log=log, progress_bar=progress_bar, on_event=on_event).fit(stop)
 
 

@@ -17,6 +17,7 @@ from chargen.autosize import (
     LADDER,
     LITTLE_EXPOSURE,
     MAX_DROPOUT,
+    MIN_STEPS,
     PARAMS_PER_CHAR,
     Regularisation,
     choose_size,
@@ -41,6 +42,19 @@ def flops_probe(work_per_second: float, calls: list | None = None):
         return work_per_second / params(config)
 
     return probe
+
+
+def test_a_size_needs_enough_steps_as_well_as_characters_per_parameter():
+    """1x256 would see 2M characters, 5.7 per parameter (above the line) but in 488 steps of
+    4,096, too few updates to beat 1x128 on its 1,500 (the suite's 60-s cells under the AVX2
+    cap): 1x128 it is, and the reason says which line 1x256 missed."""
+    work = 2e6 * params(replace(BASE, hidden=256)) / 60.0
+    choice = choose_size(flops_probe(work), 60.0, 10**8, BASE, 4096)
+    assert (choice.config.layers, choice.config.hidden) == (1, 128)
+    assert "1x256 on 488 steps, below the line of 800" in choice.reason and "in 1,5" in choice.reason
+    assert 2e6 / params(replace(BASE, hidden=256)) > CHARS_PER_PARAM
+    more_time = choose_size(flops_probe(work), 60.0 * MIN_STEPS / 488 * 1.01, 10**8, BASE, 4096)
+    assert more_time.config.hidden == 256  # (past the line, the rule as before)
 
 
 def test_params_counts_what_the_model_holds():
@@ -98,9 +112,10 @@ def test_the_probe_is_kept_within_its_share_of_the_budget():
     # 10 s (a share of 300 ms): all timed up to 2x1024, which falls below the line.
     free = choose_size(probe, 10.0, 10**9, BASE, 131072)
     assert (free.config.layers, free.config.hidden) == (2, 512) and free.probed[-1].name == "2x1024"
-    # 1 s (30 ms): 2x512 would get 3.6 characters per parameter, but timing it would take 33 ms.
+    # 1 s (30 ms): 2x512 would get 3.6 characters per parameter, but timing it would take 33 ms
+    # (and 1x512 gets 250 steps of this batch, below the step line: 1x256 is chosen).
     tight = choose_size(probe, 1.0, 10**9, BASE, 131072)
-    assert [p.name for p in tight.probed] == ["1x128", "1x256", "1x512"] and tight.config.hidden == 512
+    assert [p.name for p in tight.probed] == ["1x128", "1x256", "1x512"] and tight.config.hidden == 256
     assert tight.seconds < 0.5
 
 
@@ -109,13 +124,15 @@ def test_the_probe_is_kept_within_its_share_of_the_budget():
 def test_the_choice_follows_the_rule(work, seconds, text):
     calls = []
     choice = choose_size(flops_probe(work, calls), seconds, text, BASE, 4096)
-    per_param = work / params(choice.config) * seconds / params(choice.config)
+    def enough(config: ModelConfig) -> bool:  # (characters per parameter, and steps of 4,096)
+        chars = work / params(config) * seconds
+        return chars / params(config) >= CHARS_PER_PARAM and chars / 4096 >= MIN_STEPS
+
     smallest = (choice.config.layers, choice.config.hidden) == LADDER[0]
-    assert smallest or (per_param >= CHARS_PER_PARAM and params(choice.config) <= PARAMS_PER_CHAR * text)
+    assert smallest or (enough(choice.config) and params(choice.config) <= PARAMS_PER_CHAR * text)
     index = LADDER.index((choice.config.layers, choice.config.hidden))
-    if index + 1 < len(LADDER) and len(calls) > index + 1:  # the next size was timed: it fell below the line
-        bigger = replace(BASE, layers=LADDER[index + 1][0], hidden=LADDER[index + 1][1])
-        assert work / params(bigger) * seconds / params(bigger) < CHARS_PER_PARAM
+    if index + 1 < len(LADDER) and len(calls) > index + 1:  # the next size was timed: it fell below a line
+        assert not enough(replace(BASE, layers=LADDER[index + 1][0], hidden=LADDER[index + 1][1]))
 
 
 def test_regularisation_grows_with_the_exposure():
