@@ -293,15 +293,22 @@ def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRu
     changes = [f"{name} {new:g} (was {old:g})" for name, new, old in (
         ("dropout", dropout, run.model_config.dropout), ("weight decay", weight_decay, run.config.weight_decay))
         if new != old]
-    line = (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
-            f"{epochs * params / run.feed.epoch_targets:.3g}): {', '.join(changes)}; the same without timing: "
-            f"--dropout {dropout:g} --weight-decay {weight_decay:g}")
     run.model.set_dropout(dropout)
     run.state.optimizer.param_groups[0]["weight_decay"] = weight_decay  # (the matrices: see param_groups)
     model_config = replace(run.model_config, dropout=dropout)
     config = replace(run.config, weight_decay=weight_decay)
     record = replace(run.record, model=model_config, train=config)
-    return replace(run, model_config=model_config, config=config, record=record), line
+    run = replace(run, model_config=model_config, config=config, record=record)
+    return run, (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
+                 f"{epochs * params / run.feed.epoch_targets:.3g}): {', '.join(changes)}; {same_without_timing(run)}")
+
+
+def same_without_timing(run: PreparedRun) -> str:
+    """The flags that make a timed run's model, regularisation and precision without the clock."""
+    model = run.model_config
+    return (f"the same model and precision without timing: --hidden {model.hidden} --layers {model.layers} "
+            f"--embedding {model.embedding} --dropout {model.dropout:g} --weight-decay {run.config.weight_decay:g} "
+            f"--precision {PRECISION_NAMES[run.autocast_dtype]}")
 
 
 def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed: StreamFeed | LinesFeed,
@@ -448,10 +455,7 @@ def start_report(run: PreparedRun, precision_note: str, sizing: list[str]) -> li
         lines.append(finetune.describe(run.record.init_from, run.model_config, run.mode.name, run.resumed))
     lines += sizing
     if config.max_time is not None and not run.resumed:  # (what the clock chose, for a run without it)
-        model = run.model_config
-        lines.append(f"the same model and precision without timing: --hidden {model.hidden} --layers {model.layers} "
-                     f"--embedding {model.embedding} --dropout {model.dropout:g} --weight-decay "
-                     f"{config.weight_decay:g} --precision {PRECISION_NAMES[run.autocast_dtype]}")
+        lines.append(same_without_timing(run))
     if progress.total_steps >= TIMED_PLAN:
         lines.append(f"plan: steps of {feed.batch_description()} for {config.max_time:g} s, from step "
                      f"{progress.step:,} (the number of steps is fitted to the time after the first few)")
