@@ -185,7 +185,7 @@ def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_cha
             break
         chosen = probed[-1]
     chars = min(most_chars, chosen.chars_per_s * seconds)
-    reason = describe_choice(chosen, probed, seconds, train_chars, most_chars, stopped, step_chars)
+    reason = describe_choice(chosen, probed, seconds, train_chars, step_chars, most_chars, stopped)
     return SizeChoice(chosen.config, tuple(probed), time.perf_counter() - start, chars, reason)
 
 
@@ -199,8 +199,8 @@ def short_of(size: Probed, seconds: float, step_chars: int, most_chars: float = 
     return ""
 
 
-def describe_choice(chosen: Probed, probed: list[Probed], seconds: float, train_chars: int,
-                    most_chars: float = math.inf, stopped: str = "", step_chars: int = 1) -> str:
+def describe_choice(chosen: Probed, probed: list[Probed], seconds: float, train_chars: int, step_chars: int,
+                    most_chars: float = math.inf, stopped: str = "") -> str:
     speeds = ", ".join(f"{p.name} {p.chars_per_s:,.0f}" for p in probed)
     chars = min(most_chars, chosen.chars_per_s * seconds)
     why = (f"{chosen.name} can train on {chars / 1e6:.3g}M characters, {chars / params(chosen.config):.1f} per "
