@@ -1,0 +1,73 @@
+"""Weight drop (DropConnect on the LSTM's recurrent weights, as in AWD-LSTM) on the suite's
+play text, at fixed steps against chargen's own dropout alone (issue 33, part 2: what else
+might pay in the many-epoch regime). chargen is not changed: for each setting this process
+patches ``CharLSTM.forward`` to train on a dropped copy of each ``weight_hh`` (one mask a
+step, scaled, as ``F.dropout`` does) and scores with the whole weights.
+
+    python -m benchmarks.weight_drop --steps 3400 --settings 0:0.2 0.3:0.2
+
+A setting is WEIGHT_DROP:DROPOUT (1x512, weight decay 0.01). Equal steps, not equal time:
+the patched step is slower (a mask over 4·hidden x hidden each step), so a win here would
+still have to pay for its time. Rows go to OUT/results.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import OUT, append_jsonl, command_line, cpu_name
+from benchmarks.suite_texts import split
+from chargen import load_corpus, train
+from chargen.config import TrainConfig
+from chargen.model import CharLSTM, ModelConfig
+
+
+def dropped_forward(p: float):
+    """``CharLSTM.forward`` training on recurrent weights dropped with probability ``p``."""
+    whole = CharLSTM.forward
+
+    def forward(self: CharLSTM, x: torch.Tensor, state=None):
+        if not (self.training and p > 0):
+            return whole(self, x, state)
+        state = state if state is not None else self.initial_state(x.shape[1], x.device)
+        lstm = self.lstm
+        weights = [F.dropout(w, p) if name.startswith("weight_hh") else w
+                   for name, w in zip(lstm._flat_weights_names, lstm._flat_weights, strict=True)]
+        out, h, c = torch._VF.lstm(self.drop(self.embed(x)), state, weights, True, lstm.num_layers,
+                                   lstm.dropout, True, False, False)
+        return self.head(self.drop(out)), (h, c)
+
+    return forward
+
+
+def main() -> None:
+    parser = command_line(__doc__, __spec__.name)
+    parser.add_argument("--steps", type=int, default=3400)
+    parser.add_argument("--settings", nargs="+", default=["0:0.2", "0.3:0.2"], help="WEIGHT_DROP:DROPOUT each")
+    parser.add_argument("--out", type=Path, default=OUT / "weight_drop")
+    args = parser.parse_args()
+    train_file, val_file = split("play", OUT / "suite")
+    corpus = load_corpus(train_file, val_path=val_file)
+    whole = CharLSTM.forward
+    for setting in args.settings:
+        weight_drop, dropout = (float(v) for v in setting.split(":"))
+        CharLSTM.forward = dropped_forward(weight_drop)
+        try:
+            result = train(corpus, args.out / "runs" / f"{setting.replace(':', '_')}-{args.steps}",
+                           ModelConfig(hidden=512, layers=1, dropout=dropout),
+                           TrainConfig(steps=args.steps, weight_decay=0.01, sample_chars=0), force=True)
+        finally:
+            CharLSTM.forward = whole
+        seconds = json.loads((result.run_dir / "config.json").read_text())["summary"]["train_seconds"]
+        row = {"setting": setting, "steps": args.steps, "best_val_loss": round(result.best_val_loss, 4),
+               "ms_per_step": round(1000 * seconds / args.steps, 1), "cpu": cpu_name()}
+        append_jsonl(args.out / "results.jsonl", row)
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
