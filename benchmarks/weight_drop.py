@@ -13,6 +13,7 @@ still have to pay for its time. Rows go to OUT/results.jsonl.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -44,26 +45,40 @@ def dropped_forward(p: float):
     return forward
 
 
-def main() -> None:
+def setting(value: str) -> tuple[float, float]:
+    """WEIGHT_DROP:DROPOUT, each in [0, 1)."""
+    try:
+        pair = tuple(float(v) for v in value.split(":"))
+    except ValueError:
+        pair = ()
+    if len(pair) != 2 or not all(0 <= v < 1 for v in pair):
+        raise argparse.ArgumentTypeError(f"{value!r} is not WEIGHT_DROP:DROPOUT, two numbers in [0, 1), e.g. 0.1:0.2")
+    return pair
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = command_line(__doc__, __spec__.name)
     parser.add_argument("--steps", type=int, default=3400)
-    parser.add_argument("--settings", nargs="+", default=["0:0.2", "0.3:0.2"], help="WEIGHT_DROP:DROPOUT each")
+    parser.add_argument("--settings", nargs="+", type=setting, default=[(0.0, 0.2), (0.3, 0.2)],
+                        help="WEIGHT_DROP:DROPOUT each")
     parser.add_argument("--out", type=Path, default=OUT / "weight_drop")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, not {args.steps}")
     train_file, val_file = split("play", OUT / "suite")
     corpus = load_corpus(train_file, val_path=val_file)
     whole = CharLSTM.forward
-    for setting in args.settings:
-        weight_drop, dropout = (float(v) for v in setting.split(":"))
+    for weight_drop, dropout in args.settings:
+        name = f"{weight_drop:g}:{dropout:g}"
         CharLSTM.forward = dropped_forward(weight_drop)
         try:
-            result = train(corpus, args.out / "runs" / f"{setting.replace(':', '_')}-{args.steps}",
+            result = train(corpus, args.out / "runs" / f"{name.replace(':', '_')}-{args.steps}",
                            ModelConfig(hidden=512, layers=1, dropout=dropout),
                            TrainConfig(steps=args.steps, weight_decay=0.01, sample_chars=0), force=True)
         finally:
             CharLSTM.forward = whole
         seconds = json.loads((result.run_dir / "config.json").read_text())["summary"]["train_seconds"]
-        row = {"setting": setting, "steps": args.steps, "best_val_loss": round(result.best_val_loss, 4),
+        row = {"setting": name, "steps": args.steps, "best_val_loss": round(result.best_val_loss, 4),
                "ms_per_step": round(1000 * seconds / args.steps, 1), "cpu": cpu_name()}
         append_jsonl(args.out / "results.jsonl", row)
         print(row, flush=True)

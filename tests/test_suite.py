@@ -10,6 +10,8 @@ from benchmarks.common import cpu_name
 from benchmarks.suite import around, cell_rows, command, report
 from benchmarks.suite import main as suite_main
 from benchmarks.suite_texts import gutenberg_body, tidy
+from benchmarks.weight_drop import dropped_forward
+from benchmarks.weight_drop import main as weight_drop_main
 
 
 def test_the_settings_around_autos_choice_are_its_ladder_neighbours_and_dropout_neighbours():
@@ -84,3 +86,28 @@ def test_fixed_steps_are_for_fixed_settings_only(args, capsys):
         suite_main(["--steps", "100", "--texts", "play", "--budgets", "1", "--isa", "native", "--configs",
                     "1x128:0", *args])
     assert stop.value.code == 2 and "--steps runs fixed settings" in capsys.readouterr().err
+
+
+def test_weight_drop_trains_on_dropped_recurrent_weights_and_scores_on_the_whole():
+    from chargen.model import CharLSTM, ModelConfig
+
+    torch.manual_seed(0)
+    model, ids = CharLSTM(ModelConfig(vocab_size=11, embedding=4, hidden=8, dropout=0.0)), torch.randint(11, (5, 3))
+    model.eval()
+    assert torch.equal(dropped_forward(0.5)(model, ids)[0], model(ids)[0])  # scoring: the whole weights
+    model.train()
+    assert torch.equal(dropped_forward(0.0)(model, ids)[0], model(ids)[0])
+    dropped, _ = dropped_forward(0.5)(model, ids)
+    assert not torch.allclose(dropped, model(ids)[0])
+    dropped.sum().backward()
+    assert model.lstm.weight_hh_l0.grad is not None and model.lstm.weight_hh_l0.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("args, said", [(["--settings", "0.5"], "is not WEIGHT_DROP:DROPOUT"),
+                                        (["--settings", "x:0.2"], "is not WEIGHT_DROP:DROPOUT"),
+                                        (["--settings", "1:0.2"], "is not WEIGHT_DROP:DROPOUT"),
+                                        (["--steps", "0"], "--steps must be at least 1")])
+def test_weight_drop_refuses_a_bad_setting_in_one_line(args, said, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        weight_drop_main(args)
+    assert stopped.value.code == 2 and said in capsys.readouterr().err.strip().splitlines()[-1]
