@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import OUT, append_jsonl, command_line, cpu_name
 from benchmarks.suite_texts import split
-from chargen import load_corpus, train
+from chargen import Corpus, load_corpus, train
 from chargen.config import TrainConfig
 from chargen.model import CharLSTM, ModelConfig
 
@@ -65,24 +65,33 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
-    train_file, val_file = split("play", OUT / "suite")
-    corpus = load_corpus(train_file, val_path=val_file)
+    corpus = suite_corpus("play")
     whole = CharLSTM.forward
     for weight_drop, dropout in args.settings:
         name = f"{weight_drop:g}:{dropout:g}"
         CharLSTM.forward = dropped_forward(weight_drop)
         try:
-            result = train(corpus, args.out / "runs" / f"{name.replace(':', '_')}-{args.steps}",
-                           ModelConfig(hidden=512, layers=1, dropout=dropout),
-                           TrainConfig(steps=args.steps, weight_decay=0.01, sample_chars=0), force=True)
+            model = ModelConfig(hidden=512, layers=1, dropout=dropout)
+            row = equal_steps_row(corpus, args.out, name, model, args.steps)
         finally:
             CharLSTM.forward = whole
-        seconds = json.loads((result.run_dir / "config.json").read_text())["summary"]["train_seconds"]
-        row = {"setting": name, "steps": args.steps, "best_val_loss": round(result.best_val_loss, 4),
-               "ms_per_step": round(1000 * seconds / args.steps, 1), "cpu": cpu_name()}
         append_jsonl(args.out / "results.jsonl", row)
         print(row, flush=True)
 
+
+def suite_corpus(kind: str) -> Corpus:
+    """The suite's ``kind`` text, split 90/10 as the suite splits it."""
+    train_file, val_file = split(kind, OUT / "suite")
+    return load_corpus(train_file, val_path=val_file)
+
+
+def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, steps: int) -> dict:
+    """Train ``model`` for ``steps`` (weight decay 0.01) under OUT/runs/NAME-STEPS: its row."""
+    result = train(corpus, out / "runs" / f"{name.replace(':', '_')}-{steps}", model,
+                   TrainConfig(steps=steps, weight_decay=0.01, sample_chars=0), force=True)
+    seconds = json.loads((result.run_dir / "config.json").read_text())["summary"]["train_seconds"]
+    return {"setting": name, "steps": steps, "best_val_loss": round(result.best_val_loss, 4),
+            "ms_per_step": round(1000 * seconds / steps, 1), "cpu": cpu_name()}
 
 if __name__ == "__main__":
     main()

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from chargen.errors import ChargenError
-from chargen.model import CharLSTM, ModelConfig, detach_state
+from chargen.model import CharLSTM, LockedDropout, ModelConfig, detach_state
 
 
 def test_state_carry_equals_one_long_chunk():
@@ -43,6 +43,33 @@ def test_shapes_and_pytorchs_own_initialisation():
     assert logits.shape == (9, 4, 17) and h.shape == (3, 4, 12) and c.shape == (3, 4, 12)
     forget = model.lstm.bias_ih_l0[12:24]
     assert forget.abs().max() <= 12**-0.5 and forget.std() > 0  # uniform(-1/sqrt(hidden), 1/sqrt(hidden))
+
+
+def test_locked_dropout_keeps_one_mask_for_all_time_steps_of_a_row():
+    torch.manual_seed(0)
+    drop, ones = LockedDropout(0.5), torch.ones(7, 64, 32)
+    dropped = drop(ones)
+    assert torch.equal(dropped, dropped[:1].expand_as(dropped))  # every step the same mask
+    assert set(dropped.unique().tolist()) == {0.0, 2.0}  # kept values scaled by 1 / (1 - p)
+    assert not torch.equal(dropped[0, 0], dropped[0, 1])  # each row its own
+    assert 0.4 < (dropped[0] == 0).float().mean() < 0.6
+    assert not torch.equal(drop(ones), dropped)  # a new mask each call (each chunk)
+    assert torch.equal(drop.eval()(ones), ones) and torch.equal(LockedDropout(0.0)(ones), ones)
+
+
+def test_the_model_drops_the_same_features_at_every_step_in_training_only():
+    """One character repeated: with the mask locked across time, the LSTM's input is the same
+    at every step of a row (nn.Dropout's fresh mask per element would differ)."""
+    torch.manual_seed(0)
+    model = CharLSTM(ModelConfig(vocab_size=5, embedding=16, hidden=8, dropout=0.5))
+    seen = []
+    model.lstm.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    ids = torch.full((6, 3), 2)
+    model.train()(ids)
+    into = seen[-1]
+    assert torch.equal(into, into[:1].expand_as(into)) and not torch.equal(into[0, 0], model.embed.weight[2])
+    model.eval()(ids)
+    assert torch.equal(seen[-1], model.embed.weight[2].expand(6, 3, 16))
 
 
 def test_a_model_needs_a_vocabulary_and_dropout_may_wait():

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import tiny_gpt
+import chargen.model
+from benchmarks import locked_dropout, tiny_gpt
 from benchmarks.common import cpu_name
 from benchmarks.suite import around, cell_rows, command, report
 from benchmarks.suite import main as suite_main
@@ -103,11 +104,37 @@ def test_weight_drop_trains_on_dropped_recurrent_weights_and_scores_on_the_whole
     assert model.lstm.weight_hh_l0.grad is not None and model.lstm.weight_hh_l0.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("args, said", [(["--settings", "0.5"], "is not WEIGHT_DROP:DROPOUT"),
-                                        (["--settings", "x:0.2"], "is not WEIGHT_DROP:DROPOUT"),
-                                        (["--settings", "1:0.2"], "is not WEIGHT_DROP:DROPOUT"),
-                                        (["--steps", "0"], "--steps must be at least 1")])
-def test_weight_drop_refuses_a_bad_setting_in_one_line(args, said, capsys):
+def test_locked_dropout_trains_each_kind_with_its_own_dropout_and_puts_chargens_back(tmp_path, monkeypatch):
+    from chargen import load_corpus
+
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 200)
+    monkeypatch.setattr(locked_dropout, "suite_corpus", lambda kind: load_corpus(text))
+    built = []
+    real_row = locked_dropout.equal_steps_row
+
+    def row(corpus, out, name, model, steps):
+        result = real_row(corpus, out, name, model, steps)
+        built.append((name, chargen.model.LockedDropout))
+        return result
+
+    monkeypatch.setattr(locked_dropout, "equal_steps_row", row)
+    locked_dropout.main(["--steps", "2", "--hidden", "8", "--out", str(tmp_path / "out")])
+    assert built == [("play-locked:0.2", chargen.model.LockedDropout), ("play-element:0.2", torch.nn.Dropout)]
+    assert chargen.model.LockedDropout is not torch.nn.Dropout  # chargen's own again
+    assert (tmp_path / "out" / "results.jsonl").read_text().count("\n") == 2
+
+
+@pytest.mark.parametrize("main, args, said", [
+    (weight_drop_main, ["--settings", "0.5"], "is not WEIGHT_DROP:DROPOUT"),
+    (weight_drop_main, ["--settings", "x:0.2"], "is not WEIGHT_DROP:DROPOUT"),
+    (weight_drop_main, ["--settings", "1:0.2"], "is not WEIGHT_DROP:DROPOUT"),
+    (weight_drop_main, ["--steps", "0"], "--steps must be at least 1"),
+    (locked_dropout.main, ["--steps", "0"], "--steps must be at least 1"),
+    (locked_dropout.main, ["--hidden", "0"], "--hidden must be at least 1"),
+    (locked_dropout.main, ["--dropout", "1"], "--dropout must be in (0, 1)"),
+    (locked_dropout.main, ["--kinds", "weight"], "invalid choice: 'weight'")])
+def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, said, capsys):
     with pytest.raises(SystemExit) as stopped:
-        weight_drop_main(args)
+        main(args)
     assert stopped.value.code == 2 and said in capsys.readouterr().err.strip().splitlines()[-1]
