@@ -17,8 +17,8 @@ from torch import nn
 
 import chargen.model
 from benchmarks.common import OUT, append_jsonl, command_line
-from benchmarks.suite_texts import TEXTS
-from benchmarks.weight_drop import equal_steps_row, suite_corpus
+from benchmarks.suite_texts import TEXTS, suite_corpus
+from benchmarks.weight_drop import equal_steps_row
 from chargen.model import ModelConfig
 
 KINDS = {"locked": chargen.model.LockedDropout, "element": nn.Dropout}

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.common import OUT, ROOT, command_line, corpus_split
+from chargen import Corpus, load_corpus
 
 SIZE = 1_000_000
 ARCHIVES = {  # file name: SHA-256
@@ -131,6 +132,12 @@ TEXTS: dict[str, Callable[[Path], str]] = {"play": play, "prose": prose, "code":
 def split(kind: str, out: Path) -> tuple[Path, Path]:
     """OUT/data/KIND/train.txt and val.txt (made once), cut 90/10 at a line break."""
     return corpus_split(out / "data" / kind, lambda: TEXTS[kind](out / "sources"), at_line=True)
+
+
+def suite_corpus(kind: str, out: Path = OUT / "suite") -> Corpus:
+    """The suite's ``kind`` text as a corpus, split as ``split`` splits it."""
+    train_file, val_file = split(kind, out)
+    return load_corpus(train_file, val_path=val_file)
 
 
 def main() -> None:

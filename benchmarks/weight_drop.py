@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import OUT, append_jsonl, command_line, cpu_name
-from benchmarks.suite_texts import split
-from chargen import Corpus, load_corpus, train
+from benchmarks.suite_texts import suite_corpus
+from chargen import Corpus, train
 from chargen.config import TrainConfig
 from chargen.model import CharLSTM, ModelConfig
 
@@ -79,12 +79,6 @@ def main(argv: list[str] | None = None) -> None:
         print(row, flush=True)
 
 
-def suite_corpus(kind: str) -> Corpus:
-    """The suite's ``kind`` text, split 90/10 as the suite splits it."""
-    train_file, val_file = split(kind, OUT / "suite")
-    return load_corpus(train_file, val_path=val_file)
-
-
 def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, steps: int) -> dict:
     """Train ``model`` for ``steps`` (weight decay 0.01) under OUT/runs/NAME-STEPS: its row."""
     result = train(corpus, out / "runs" / f"{name.replace(':', '_')}-{steps}", model,
@@ -92,6 +86,7 @@ def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, st
     seconds = json.loads((result.run_dir / "config.json").read_text())["summary"]["train_seconds"]
     return {"setting": name, "steps": steps, "best_val_loss": round(result.best_val_loss, 4),
             "ms_per_step": round(1000 * seconds / steps, 1), "cpu": cpu_name()}
+
 
 if __name__ == "__main__":
     main()
