@@ -3,10 +3,12 @@ against nn.Dropout's fresh mask for every element of every step, on a suite text
 steps: the loss each reaches, and the milliseconds a step takes (issue 33, part 2).
 
     python -m benchmarks.locked_dropout --text play --steps 3400 --dropout 0.2
+    python -m benchmarks.locked_dropout --layers 2 --steps 1500 --dropout 0.3
 
 For the ``element`` kind this process builds the model with nn.Dropout in place of
-``LockedDropout``; nothing else differs (1x512, weight decay 0.01, the same seed). About
-5 minutes a kind at 3,400 steps on a 2-core Xeon. Rows go to OUT/results.jsonl.
+``LockedDropout`` (also between stacked layers, as nn.LSTM's own dropout was); nothing
+else differs (1x512 unless told, weight decay 0.01, the same seed). About 5 minutes a kind
+at 3,400 steps of 1x512 on a 2-core Xeon. Rows go to OUT/results.jsonl.
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text", choices=sorted(TEXTS), default="play")
     parser.add_argument("--steps", type=int, default=3400)
     parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--dropout", type=float, default=0.2)
     parser.add_argument("--kinds", nargs="+", choices=sorted(KINDS), default=["locked", "element"])
     parser.add_argument("--out", type=Path, default=OUT / "locked_dropout")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
-    if args.hidden < 1:
-        parser.error(f"--hidden must be at least 1, not {args.hidden}")
+    for name in ("hidden", "layers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
     if not 0 < args.dropout < 1:
         parser.error(f"--dropout must be in (0, 1), not {args.dropout}")
     corpus = suite_corpus(args.text)
@@ -44,11 +48,12 @@ def main(argv: list[str] | None = None) -> None:
     for kind in args.kinds:
         chargen.model.LockedDropout = KINDS[kind]  # (CharLSTM builds its dropout from this name)
         try:
-            model = ModelConfig(hidden=args.hidden, layers=1, dropout=args.dropout)
-            row = equal_steps_row(corpus, args.out, f"{args.text}-{kind}:{args.dropout:g}", model, args.steps)
+            model = ModelConfig(hidden=args.hidden, layers=args.layers, dropout=args.dropout)
+            name = f"{args.text}-{args.layers}x{args.hidden}-{kind}:{args.dropout:g}"
+            row = equal_steps_row(corpus, args.out, name, model, args.steps)
         finally:
             chargen.model.LockedDropout = chosen
-        append_jsonl(args.out / "results.jsonl", {"kind": kind, "text": args.text, **row})
+        append_jsonl(args.out / "results.jsonl", {"kind": kind, "text": args.text, "layers": args.layers, **row})
         print(row, flush=True)
 
 

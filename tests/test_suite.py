@@ -1,6 +1,8 @@
 """The budget suite's own pieces (python -m benchmarks.suite): the settings run around
 auto's choice, and the transformer baseline scoring every validation character once."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -120,9 +122,13 @@ def test_locked_dropout_trains_each_kind_with_its_own_dropout_and_puts_chargens_
 
     monkeypatch.setattr(locked_dropout, "equal_steps_row", row)
     locked_dropout.main(["--steps", "2", "--hidden", "8", "--out", str(tmp_path / "out")])
-    assert built == [("play-locked:0.2", chargen.model.LockedDropout), ("play-element:0.2", torch.nn.Dropout)]
+    locked_dropout.main(["--steps", "2", "--hidden", "8", "--layers", "2", "--kinds", "element", "--out",
+                         str(tmp_path / "out")])
+    assert built == [("play-1x8-locked:0.2", chargen.model.LockedDropout), ("play-1x8-element:0.2", torch.nn.Dropout),
+                     ("play-2x8-element:0.2", torch.nn.Dropout)]
     assert chargen.model.LockedDropout is not torch.nn.Dropout  # chargen's own again
-    assert (tmp_path / "out" / "results.jsonl").read_text().count("\n") == 2
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(row["kind"], row["layers"]) for row in rows] == [("locked", 1), ("element", 1), ("element", 2)]
 
 
 @pytest.mark.parametrize("main, args, said", [
@@ -132,6 +138,7 @@ def test_locked_dropout_trains_each_kind_with_its_own_dropout_and_puts_chargens_
     (weight_drop_main, ["--steps", "0"], "--steps must be at least 1"),
     (locked_dropout.main, ["--steps", "0"], "--steps must be at least 1"),
     (locked_dropout.main, ["--hidden", "0"], "--hidden must be at least 1"),
+    (locked_dropout.main, ["--layers", "0"], "--layers must be at least 1"),
     (locked_dropout.main, ["--dropout", "1"], "--dropout must be in (0, 1)"),
     (locked_dropout.main, ["--kinds", "weight"], "invalid choice: 'weight'")])
 def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, said, capsys):
