@@ -38,9 +38,8 @@ def dropped_forward(p: float):
         lstm = self.lstm
         weights = [F.dropout(w, p) if name.startswith("weight_hh") else w
                    for name, w in zip(lstm._flat_weights_names, lstm._flat_weights, strict=True)]
-        # (between stacked layers nn.LSTM's own dropout, a fresh mask per element)
         out, h, c = torch._VF.lstm(self.drop(self.embed(x)), state, weights, True, lstm.num_layers,
-                                   self.drop.p, True, False, False)
+                                   lstm.dropout, True, False, False)
         return self.head(self.drop(out)), (h, c)
 
     return forward

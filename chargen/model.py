@@ -63,8 +63,7 @@ class LockedDropout(nn.Module):
     dropout). On the play at 1x512, dropout 0.2, 3,400 steps it scored as nn.Dropout's fresh
     mask per element did (1.4842 against 1.4861), on a step 22% shorter natively (bf16) and 7%
     under the AVX2 cap (fp32): the mask is batch x features, not time x batch x features
-    (python -m benchmarks.locked_dropout; docs/training.md, "Dropout and weight decay").
-    Between stacked layers too (``CharLSTM.run_lstm``)."""
+    (python -m benchmarks.locked_dropout; docs/training.md, "Dropout and weight decay")."""
 
     def __init__(self, p: float) -> None:
         super().__init__()
@@ -89,18 +88,19 @@ class CharLSTM(nn.Module):
         dropout = config.dropout or 0.0
         self.embed = nn.Embedding(config.vocab_size, config.embedding)
         self.drop = LockedDropout(dropout)
-        # One nn.LSTM for all layers (its weight names are the saved format): one fused call,
-        # cuDNN on a GPU, MKL-DNN on a CPU, except in training with dropout between layers
-        # (``run_lstm``). PyTorch's own initialisation, forget gate included: a forget-gate
-        # bias of 1 (Jozefowicz et al. 2015) measured 0.06 nats worse at 600 steps and at
-        # 2,400 (python -m benchmarks.recipe; benchmarks/README.md, "Recipe and the bump").
-        self.lstm = nn.LSTM(config.embedding, config.hidden, config.layers)
+        # One fused nn.LSTM for all layers: cuDNN on a GPU, one MKL-DNN call on a CPU.
+        # PyTorch's own initialisation, forget gate included: a forget-gate bias of 1
+        # (Jozefowicz et al. 2015) measured 0.06 nats worse at 600 steps and at 2,400
+        # (python -m benchmarks.recipe; benchmarks/README.md, "Recipe and the bump").
+        self.lstm = nn.LSTM(config.embedding, config.hidden, config.layers,
+                            dropout=dropout if config.layers > 1 else 0.0)
         self.head = nn.Linear(config.hidden, config.vocab_size)
 
     def set_dropout(self, dropout: float) -> None:
         """Dropout from now on (a timed run's, refitted with its plan: chargen.prepare)."""
         self.config = replace(self.config, dropout=dropout)
         self.drop.p = dropout
+        self.lstm.dropout = dropout if self.config.layers > 1 else 0.0
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         device = device or self.head.weight.device
@@ -111,23 +111,8 @@ class CharLSTM(nn.Module):
         """x: (time, batch) token ids -> logits (time, batch, vocab) and the final state."""
         if state is None:
             state = self.initial_state(x.shape[1], x.device)
-        out, state = self.run_lstm(self.drop(self.embed(x)), state)
+        out, state = self.lstm(self.drop(self.embed(x)), state)
         return self.head(self.drop(out)), state
-
-    def run_lstm(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """The LSTM's layers on x (time, batch, features): the fused call, or, in training with
-        dropout and more than one layer, one layer at a time with the locked mask between them
-        (nn.LSTM's own would draw a fresh mask for every element of every step)."""
-        if self.config.layers == 1 or not self.training or self.drop.p == 0:
-            return self.lstm(x, state)
-        (h, c), hs, cs = state, [], []
-        for k, weights in enumerate(self.lstm.all_weights):
-            # (torch.lstm is the op nn.LSTM calls, here on one layer's weights)
-            x, h_k, c_k = torch.lstm(self.drop(x) if k else x, (h[k : k + 1], c[k : k + 1]), weights,
-                                     True, 1, 0.0, True, False, False)
-            hs.append(h_k)
-            cs.append(c_k)
-        return x, (torch.cat(hs), torch.cat(cs))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

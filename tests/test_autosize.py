@@ -267,7 +267,7 @@ def test_the_regularisation_follows_the_plan_not_the_probe(tmp_path, monkeypatch
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model"]["dropout"] == expected.dropout > 0 and saved["train"]["weight_decay"] == expected.weight_decay
     assert any(f"dropout {expected.dropout:g} (was 0)" in line for line in lines)
-    assert result.model.drop.p == result.model.config.dropout == expected.dropout
+    assert result.model.drop.p == result.model.lstm.dropout == result.model.config.dropout == expected.dropout
     lines.clear()
     given = train(corpus, tmp_path / "given", replace(model, dropout=0.05), config, log=lines.append)
     refits = [line.split(";")[0] for line in lines if line.startswith("regularisation refitted")]

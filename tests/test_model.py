@@ -72,33 +72,6 @@ def test_the_model_drops_the_same_features_at_every_step_in_training_only():
     assert torch.equal(seen[-1], model.embed.weight[2].expand(6, 3, 16))
 
 
-def test_between_stacked_layers_the_mask_is_locked_too_and_the_layers_are_nn_lstms():
-    """Two layers in training with dropout: the second layer's input drops the same features
-    at every step of a row (nn.LSTM's own dropout would not); without the masks the layer by
-    layer run is nn.LSTM's fused one, weights and state alike, and eval is the fused call."""
-    torch.manual_seed(0)
-    model = CharLSTM(ModelConfig(vocab_size=5, embedding=16, hidden=8, layers=2, dropout=0.5)).train()
-    masked = []
-    model.drop.register_forward_hook(lambda module, args, out: masked.append(out))
-    ids, state = torch.full((6, 3), 2), (torch.randn(2, 3, 8), torch.randn(2, 3, 8))
-    model(ids, state)
-    assert len(masked) == 3  # (embedding, between the layers, output)
-    between = masked[1]
-    dropped = between == 0
-    assert dropped.any() and torch.equal(dropped, dropped[:1].expand_as(dropped))
-    model.drop.p = 1e-9  # (the layer by layer path, masks of ones)
-    x = model.embed(ids)
-    out, (h, c) = model.run_lstm(x, state)
-    fused, (fused_h, fused_c) = model.lstm(x, state)
-    torch.testing.assert_close((out, h, c), (fused, fused_h, fused_c))
-    out.sum().backward()
-    assert model.lstm.weight_hh_l1.grad is not None and model.lstm.weight_ih_l0.grad.abs().sum() > 0
-    calls = []
-    model.lstm.register_forward_hook(lambda module, args, out: calls.append(1))
-    model.eval()(ids, state)
-    assert calls and model.lstm.dropout == 0
-
-
 def test_a_model_needs_a_vocabulary_and_dropout_may_wait():
     with pytest.raises(ChargenError, match="vocabulary"):
         CharLSTM(ModelConfig(hidden=8))

@@ -15,6 +15,7 @@ from benchmarks.suite import main as suite_main
 from benchmarks.suite_texts import gutenberg_body, tidy
 from benchmarks.weight_drop import dropped_forward
 from benchmarks.weight_drop import main as weight_drop_main
+from chargen.model import CharLSTM, ModelConfig
 
 
 def test_the_settings_around_autos_choice_are_its_ladder_neighbours_and_dropout_neighbours():
@@ -92,8 +93,6 @@ def test_fixed_steps_are_for_fixed_settings_only(args, capsys):
 
 
 def test_weight_drop_trains_on_dropped_recurrent_weights_and_scores_on_the_whole():
-    from chargen.model import CharLSTM, ModelConfig
-
     torch.manual_seed(0)
     model, ids = CharLSTM(ModelConfig(vocab_size=11, embedding=4, hidden=8, dropout=0.0)), torch.randint(11, (5, 3))
     model.eval()
@@ -117,18 +116,44 @@ def test_locked_dropout_trains_each_kind_with_its_own_dropout_and_puts_chargens_
 
     def row(corpus, out, name, model, steps):
         result = real_row(corpus, out, name, model, steps)
-        built.append((name, chargen.model.LockedDropout))
+        built.append((name, chargen.model.LockedDropout, CharLSTM.forward))
         return result
 
     monkeypatch.setattr(locked_dropout, "equal_steps_row", row)
+    chargens = CharLSTM.forward
     locked_dropout.main(["--steps", "2", "--hidden", "8", "--out", str(tmp_path / "out")])
-    locked_dropout.main(["--steps", "2", "--hidden", "8", "--layers", "2", "--kinds", "element", "--out",
+    locked_dropout.main(["--steps", "2", "--hidden", "8", "--layers", "2", "--kinds", "between", "--out",
                          str(tmp_path / "out")])
-    assert built == [("play-1x8-locked:0.2", chargen.model.LockedDropout), ("play-1x8-element:0.2", torch.nn.Dropout),
-                     ("play-2x8-element:0.2", torch.nn.Dropout)]
-    assert chargen.model.LockedDropout is not torch.nn.Dropout  # chargen's own again
+    assert built == [("play-1x8-locked:0.2", chargen.model.LockedDropout, chargens),
+                     ("play-1x8-element:0.2", torch.nn.Dropout, chargens),
+                     ("play-2x8-between:0.2", chargen.model.LockedDropout, locked_dropout.locked_between_forward)]
+    assert chargen.model.LockedDropout is not torch.nn.Dropout and CharLSTM.forward is chargens  # chargen's again
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert [(row["kind"], row["layers"]) for row in rows] == [("locked", 1), ("element", 1), ("element", 2)]
+    assert [(row["kind"], row["layers"]) for row in rows] == [("locked", 1), ("element", 1), ("between", 2)]
+
+
+def test_the_between_kind_locks_the_mask_between_stacked_layers_and_is_otherwise_chargens():
+    """Two layers in training with dropout: the second layer's input drops the same features at
+    every step of a row (nn.LSTM's own dropout would not); with masks of ones the layer by layer
+    run is chargen's forward, logits and state alike; in eval it is the fused call."""
+    torch.manual_seed(0)
+    model = CharLSTM(ModelConfig(vocab_size=5, embedding=16, hidden=8, layers=2, dropout=0.5)).train()
+    masked = []
+    model.drop.register_forward_hook(lambda module, args, out: masked.append(out))
+    ids, state = torch.full((6, 3), 2), (torch.randn(2, 3, 8), torch.randn(2, 3, 8))
+    locked_dropout.locked_between_forward(model, ids, state)
+    assert len(masked) == 3  # (embedding, between the layers, output)
+    dropped = masked[1] == 0
+    assert dropped.any() and torch.equal(dropped, dropped[:1].expand_as(dropped))
+    model.drop.p, model.lstm.dropout = 1e-9, 0.0  # (the layer by layer path, masks of ones)
+    logits, (h, c) = locked_dropout.locked_between_forward(model, ids, state)
+    torch.testing.assert_close((logits, h, c), (model(ids, state)[0], *model(ids, state)[1]))
+    logits.sum().backward()
+    assert model.lstm.weight_hh_l1.grad.abs().sum() > 0 and model.lstm.weight_ih_l0.grad.abs().sum() > 0
+    calls = []
+    model.lstm.register_forward_hook(lambda module, args, out: calls.append(1))
+    locked_dropout.locked_between_forward(model.eval(), ids, state)
+    assert calls
 
 
 @pytest.mark.parametrize("main, args, said", [
