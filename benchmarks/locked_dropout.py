@@ -24,17 +24,19 @@ import chargen.model
 from benchmarks.common import OUT, append_jsonl, command_line
 from benchmarks.suite_texts import TEXTS, suite_corpus
 from benchmarks.weight_drop import equal_steps_row
+from chargen.errors import ChargenError
 from chargen.model import CharLSTM, ModelConfig, State
+
+CHARGENS_FORWARD = CharLSTM.forward  # (main swaps CharLSTM.forward for a kind's)
 
 
 def locked_between_forward(self: CharLSTM, x: torch.Tensor, state: State | None = None):
     """``CharLSTM.forward`` with the locked mask between stacked layers as well: in training
     with dropout, one layer at a time (torch.lstm, the op nn.LSTM calls, on a layer's weights)."""
+    if self.config.layers == 1 or not self.training or self.drop.p == 0:
+        return CHARGENS_FORWARD(self, x, state)
     state = state if state is not None else self.initial_state(x.shape[1], x.device)
     x = self.drop(self.embed(x))
-    if self.config.layers == 1 or not self.training or self.drop.p == 0:
-        out, state = self.lstm(x, state)
-        return self.head(self.drop(out)), state
     (h, c), hs, cs = state, [], []
     for k, weights in enumerate(self.lstm.all_weights):
         x, h_k, c_k = torch.lstm(self.drop(x) if k else x, (h[k : k + 1], c[k : k + 1]), weights,
@@ -45,7 +47,7 @@ def locked_between_forward(self: CharLSTM, x: torch.Tensor, state: State | None 
 
 
 # each kind: the dropout CharLSTM builds, and its forward
-KINDS = {"locked": (chargen.model.LockedDropout, CharLSTM.forward), "element": (nn.Dropout, CharLSTM.forward),
+KINDS = {"locked": (chargen.model.LockedDropout, CHARGENS_FORWARD), "element": (nn.Dropout, CHARGENS_FORWARD),
          "between": (chargen.model.LockedDropout, locked_between_forward)}
 
 
@@ -66,13 +68,16 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
     if not 0 < args.dropout < 1:
         parser.error(f"--dropout must be in (0, 1), not {args.dropout}")
+    try:
+        model = ModelConfig(hidden=args.hidden, layers=args.layers, dropout=args.dropout)
+    except ChargenError as error:
+        parser.error(str(error))
     corpus = suite_corpus(args.text)
     chosen = chargen.model.LockedDropout, CharLSTM.forward
     for kind in args.kinds:
         # (CharLSTM builds its dropout from this name)
         chargen.model.LockedDropout, CharLSTM.forward = KINDS[kind]
         try:
-            model = ModelConfig(hidden=args.hidden, layers=args.layers, dropout=args.dropout)
             name = f"{args.text}-{args.layers}x{args.hidden}-{kind}:{args.dropout:g}"
             row = equal_steps_row(corpus, args.out, name, model, args.steps)
         finally:

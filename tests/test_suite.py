@@ -164,6 +164,7 @@ def test_the_between_kind_locks_the_mask_between_stacked_layers_and_is_otherwise
     (locked_dropout.main, ["--steps", "0"], "--steps must be at least 1"),
     (locked_dropout.main, ["--hidden", "0"], "--hidden must be at least 1"),
     (locked_dropout.main, ["--layers", "0"], "--layers must be at least 1"),
+    (locked_dropout.main, ["--layers", "65"], "--layers must be 1 to 64"),
     (locked_dropout.main, ["--dropout", "1"], "--dropout must be in (0, 1)"),
     (locked_dropout.main, ["--kinds", "weight"], "invalid choice: 'weight'")])
 def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, said, capsys):
