@@ -15,17 +15,14 @@ Rows go to OUT/results.jsonl.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 
 import chargen.model
 from benchmarks.common import OUT, append_jsonl, command_line
-from benchmarks.suite_texts import TEXTS, suite_corpus
-from benchmarks.weight_drop import equal_steps_row
-from chargen.errors import ChargenError
-from chargen.model import CharLSTM, ModelConfig, State
+from benchmarks.suite_texts import suite_corpus
+from benchmarks.weight_drop import equal_steps_arguments, equal_steps_model, equal_steps_row
+from chargen.model import CharLSTM, State
 
 CHARGENS_FORWARD = CharLSTM.forward  # (main swaps CharLSTM.forward for a kind's)
 
@@ -53,25 +50,12 @@ KINDS = {"locked": (chargen.model.LockedDropout, CHARGENS_FORWARD), "element": (
 
 def main(argv: list[str] | None = None) -> None:
     parser = command_line(__doc__, __spec__.name)
-    parser.add_argument("--text", choices=sorted(TEXTS), default="play")
-    parser.add_argument("--steps", type=int, default=3400)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=1)
-    parser.add_argument("--dropout", type=float, default=0.2)
+    equal_steps_arguments(parser, OUT / "locked_dropout")
     parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=["locked", "element"])
-    parser.add_argument("--out", type=Path, default=OUT / "locked_dropout")
     args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error(f"--steps must be at least 1, not {args.steps}")
-    for name in ("hidden", "layers"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
-    if not 0 < args.dropout < 1:
-        parser.error(f"--dropout must be in (0, 1), not {args.dropout}")
-    try:
-        model = ModelConfig(hidden=args.hidden, layers=args.layers, dropout=args.dropout)
-    except ChargenError as error:
-        parser.error(str(error))
+    if args.dropout == 0:
+        parser.error("--dropout must be in (0, 1), not 0: the kinds differ only in how they drop")
+    model = equal_steps_model(parser, args)
     corpus = suite_corpus(args.text)
     chosen = chargen.model.LockedDropout, CharLSTM.forward
     for kind in args.kinds:

@@ -21,9 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import OUT, append_jsonl, command_line, cpu_name
-from benchmarks.suite_texts import suite_corpus
+from benchmarks.suite_texts import TEXTS, suite_corpus
 from chargen import Corpus, train
 from chargen.config import TrainConfig
+from chargen.errors import ChargenError
 from chargen.model import CharLSTM, ModelConfig
 
 
@@ -79,10 +80,36 @@ def main(argv: list[str] | None = None) -> None:
         print(row, flush=True)
 
 
-def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, steps: int) -> dict:
-    """Train ``model`` for ``steps`` (weight decay 0.01) under OUT/runs/NAME-STEPS: its row."""
+def equal_steps_arguments(parser: argparse.ArgumentParser, out: Path) -> None:
+    """The flags of a run at fixed steps on a suite text: --text, --steps, the model, --out."""
+    parser.add_argument("--text", choices=sorted(TEXTS), default="play")
+    parser.add_argument("--steps", type=int, default=3400)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--dropout", type=float, default=0.2)
+    parser.add_argument("--out", type=Path, default=out)
+
+
+def equal_steps_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ModelConfig:
+    """The model those flags ask for, or a one-line refusal (exit 2) naming the flag."""
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, not {args.steps}")
+    for name in ("hidden", "layers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
+    if not 0 <= args.dropout < 1:
+        parser.error(f"--dropout must be in [0, 1), not {args.dropout}")
+    try:
+        return ModelConfig(hidden=args.hidden, layers=args.layers, dropout=args.dropout)
+    except ChargenError as error:
+        parser.error(str(error))
+
+
+def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, steps: int,
+                    weight_decay: float = 0.01, decay: str = "cosine") -> dict:
+    """Train ``model`` for ``steps`` (weight decay 0.01 unless told) under OUT/runs/NAME-STEPS: its row."""
     result = train(corpus, out / "runs" / f"{name.replace(':', '_')}-{steps}", model,
-                   TrainConfig(steps=steps, weight_decay=0.01, sample_chars=0), force=True)
+                   TrainConfig(steps=steps, weight_decay=weight_decay, decay=decay, sample_chars=0), force=True)
     seconds = json.loads((result.run_dir / "config.json").read_text())["summary"]["train_seconds"]
     return {"setting": name, "steps": steps, "best_val_loss": round(result.best_val_loss, 4),
             "ms_per_step": round(1000 * seconds / steps, 1), "cpu": cpu_name()}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import chargen.model
-from benchmarks import locked_dropout, tiny_gpt
+from benchmarks import locked_dropout, schedule_knobs, tiny_gpt
 from benchmarks.common import cpu_name
 from benchmarks.suite import around, cell_rows, command, report
 from benchmarks.suite import main as suite_main
@@ -16,6 +16,7 @@ from benchmarks.suite_texts import gutenberg_body, tidy
 from benchmarks.weight_drop import dropped_forward
 from benchmarks.weight_drop import main as weight_drop_main
 from chargen.model import CharLSTM, ModelConfig
+from chargen.schedule import BatchScaling
 
 
 def test_the_settings_around_autos_choice_are_its_ladder_neighbours_and_dropout_neighbours():
@@ -156,7 +157,35 @@ def test_the_between_kind_locks_the_mask_between_stacked_layers_and_is_otherwise
     assert calls
 
 
+def test_schedule_knobs_trains_each_setting_with_its_floor_decay_and_weight_decay_then_puts_chargens_back(
+        tmp_path, monkeypatch):
+    from chargen import load_corpus
+
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 200)
+    monkeypatch.setattr(schedule_knobs, "suite_corpus", lambda kind: load_corpus(text))
+    chargens = BatchScaling.schedule
+    schedule_knobs.main(["--steps", "4", "--hidden", "8", "--settings", "linear:0:0.1", "cosine:0.1:0.01",
+                         "--out", str(tmp_path / "out")])
+    assert BatchScaling.schedule is chargens
+    runs = sorted((tmp_path / "out" / "runs").iterdir())
+    saved = {run.name: json.loads((run / "config.json").read_text()) for run in runs}
+    linear = saved["play-1x8_0.2-linear_0_0.1-4"]
+    assert linear["lr_schedule"]["decay"] == "linear" and linear["lr_schedule"]["final_lr"] == 0
+    assert linear["train"]["weight_decay"] == 0.1
+    chargens_own = saved["play-1x8_0.2-cosine_0.1_0.01-4"]["lr_schedule"]
+    assert chargens_own["final_lr"] == pytest.approx(0.1 * chargens_own["peak_lr"])
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(row["decay"], row["floor"], row["weight_decay"]) for row in rows] == [("linear", 0, 0.1),
+                                                                                   ("cosine", 0.1, 0.01)]
+
+
 @pytest.mark.parametrize("main, args, said", [
+    (schedule_knobs.main, ["--settings", "cosine:0.1"], "is not DECAY:FLOOR:WEIGHT_DECAY"),
+    (schedule_knobs.main, ["--settings", "step:0.1:0.01"], "is not DECAY:FLOOR:WEIGHT_DECAY"),
+    (schedule_knobs.main, ["--settings", "cosine:2:0.01"], "is not DECAY:FLOOR:WEIGHT_DECAY"),
+    (schedule_knobs.main, ["--steps", "0"], "--steps must be at least 1"),
+    (schedule_knobs.main, ["--layers", "65"], "--layers must be 1 to 64"),
     (weight_drop_main, ["--settings", "0.5"], "is not WEIGHT_DROP:DROPOUT"),
     (weight_drop_main, ["--settings", "x:0.2"], "is not WEIGHT_DROP:DROPOUT"),
     (weight_drop_main, ["--settings", "1:0.2"], "is not WEIGHT_DROP:DROPOUT"),
@@ -165,7 +194,8 @@ def test_the_between_kind_locks_the_mask_between_stacked_layers_and_is_otherwise
     (locked_dropout.main, ["--hidden", "0"], "--hidden must be at least 1"),
     (locked_dropout.main, ["--layers", "0"], "--layers must be at least 1"),
     (locked_dropout.main, ["--layers", "65"], "--layers must be 1 to 64"),
-    (locked_dropout.main, ["--dropout", "1"], "--dropout must be in (0, 1)"),
+    (locked_dropout.main, ["--dropout", "1"], "--dropout must be in [0, 1)"),
+    (locked_dropout.main, ["--dropout", "0"], "--dropout must be in (0, 1), not 0"),
     (locked_dropout.main, ["--kinds", "weight"], "invalid choice: 'weight'")])
 def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, said, capsys):
     with pytest.raises(SystemExit) as stopped:

@@ -1,0 +1,73 @@
+"""Where the learning rate ends and how much AdamW weight decay, on a suite text at fixed
+steps (issue 33, part 2: what else might pay in the many-epoch regime, where a model sees
+its text 20 times and more and its validation loss flattens before the plan ends).
+
+    python -m benchmarks.schedule_knobs --text play --steps 3400 --dropout 0.2 \\
+        --settings cosine:0.1:0.01 cosine:0:0.01 linear:0:0.01 cosine:0.1:0.1 cosine:0.1:0.3
+
+A setting is DECAY:FLOOR:WEIGHT_DECAY: the decay from the peak (``--decay``), the fraction of
+the peak it ends at (chargen's is 0.1, not a flag: this process patches the schedule for
+the run) and AdamW's decoupled weight decay. chargen's own, as ``--max-time`` chooses it past
+an exposure of 8, is cosine:0.1:0.01. Nothing else differs (1x512 unless told, the same seed,
+the whole validation text every 250 steps, the best kept): equal steps, so only the setting
+differs. About 4 minutes a setting at 3,400 steps of 1x512 on a 2-core Xeon. Rows go to
+OUT/results.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.common import OUT, append_jsonl, command_line
+from benchmarks.suite_texts import suite_corpus
+from benchmarks.weight_drop import equal_steps_arguments, equal_steps_model, equal_steps_row
+from chargen.schedule import DECAYS, BatchScaling
+
+
+def setting(value: str) -> tuple[str, float, float]:
+    """DECAY:FLOOR:WEIGHT_DECAY, e.g. cosine:0.1:0.01."""
+    parts = value.split(":")
+    try:
+        decay, floor, weight_decay = parts[0], float(parts[1]), float(parts[2])
+    except (IndexError, ValueError):
+        decay, floor, weight_decay = "", -1.0, -1.0
+    if len(parts) != 3 or decay not in DECAYS or not 0 <= floor <= 1 or not 0 <= weight_decay < 10:
+        raise argparse.ArgumentTypeError(f"{value!r} is not DECAY:FLOOR:WEIGHT_DECAY (a decay of "
+                                         f"{', '.join(DECAYS)}; a floor in [0, 1]; a weight decay in [0, 10)), "
+                                         "e.g. cosine:0.1:0.01")
+    return decay, floor, weight_decay
+
+
+def floored(floor: float):
+    """``BatchScaling.schedule`` with its decay ending at ``floor`` times the peak."""
+    whole = BatchScaling.schedule
+
+    def schedule(self: BatchScaling, *args, final_fraction: float = 0.1, **kwargs):
+        return whole(self, *args, final_fraction=floor, **kwargs)
+
+    return schedule
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = command_line(__doc__, __spec__.name)
+    equal_steps_arguments(parser, OUT / "schedule_knobs")
+    parser.add_argument("--settings", nargs="+", type=setting, default=[("cosine", 0.1, 0.01), ("cosine", 0.0, 0.01)],
+                        help="DECAY:FLOOR:WEIGHT_DECAY each")
+    args = parser.parse_args(argv)
+    model = equal_steps_model(parser, args)
+    corpus = suite_corpus(args.text)
+    whole = BatchScaling.schedule
+    for decay, floor, weight_decay in args.settings:
+        name = f"{args.text}-{args.layers}x{args.hidden}:{args.dropout:g}-{decay}:{floor:g}:{weight_decay:g}"
+        BatchScaling.schedule = floored(floor)
+        try:
+            row = equal_steps_row(corpus, args.out, name, model, args.steps, weight_decay=weight_decay, decay=decay)
+        finally:
+            BatchScaling.schedule = whole
+        row |= {"text": args.text, "decay": decay, "floor": floor, "weight_decay": weight_decay}
+        append_jsonl(args.out / "results.jsonl", row)
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
