@@ -87,9 +87,10 @@ def regularisation(epochs: float, params: int, text_chars: int) -> Regularisatio
     (exposure about 370, 90-130 epochs) 1.8765, 1.8809, 1.8631 and 1.8803 with 0.2 to 0.5.
     So the rise starts where dropout starts (0.25 at 23) and stops at 0.4. Not only for a
     small model: 2x512 on the play for 30 minutes (exposure 143, 37 epochs) scored 1.4589
-    with 0.4 and 1.4651 with 0.5. On texts it was
-    not fitted on, at 411 s: Python 1.0975 with 0.28 against 1.1306 with 0.1, Russian 1.3912
-    with 0.26 against 1.3638 (still learning at 0.1: a text's own signal, not yet read here).
+    with 0.4, 1.4651 with 0.5 and 1.4872 with 0.3, though prose at 411 s (1x512, exposure 50)
+    did best with 0.2 (1.3974 against the rule's 0.35, 1.4074). On texts it was not fitted
+    on, at 411 s: Python 1.0975 with 0.28 against 1.1306 with 0.1, Russian 1.3912 with 0.26
+    against 1.3638 (still learning at 0.1: a text's own signal, not yet read here).
 
     None either for a model too big for its run, one that will see fewer than
     NO_DROPOUT_CHARS_PER_PARAM training characters per parameter: it is far from memorising
