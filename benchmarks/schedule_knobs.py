@@ -21,20 +21,25 @@ import argparse
 from benchmarks.common import OUT, append_jsonl, command_line
 from benchmarks.suite_texts import suite_corpus
 from benchmarks.weight_drop import equal_steps_arguments, equal_steps_model, equal_steps_row
-from chargen.schedule import DECAYS, BatchScaling
+from chargen.config import TrainConfig
+from chargen.errors import ChargenError
+from chargen.schedule import BatchScaling, WarmupDecay
 
 
 def setting(value: str) -> tuple[str, float, float]:
-    """DECAY:FLOOR:WEIGHT_DECAY, e.g. cosine:0.1:0.01."""
+    """DECAY:FLOOR:WEIGHT_DECAY, e.g. cosine:0.1:0.01, checked by the classes that will take
+    it (an exp decay to 0, a weight decay past 1) before any setting trains."""
     parts = value.split(":")
     try:
         decay, floor, weight_decay = parts[0], float(parts[1]), float(parts[2])
-    except (IndexError, ValueError):
-        decay, floor, weight_decay = "", -1.0, -1.0
-    if len(parts) != 3 or decay not in DECAYS or not 0 <= floor <= 1 or not 0 <= weight_decay < 10:
-        raise argparse.ArgumentTypeError(f"{value!r} is not DECAY:FLOOR:WEIGHT_DECAY (a decay of "
-                                         f"{', '.join(DECAYS)}; a floor in [0, 1]; a weight decay in [0, 10)), "
-                                         "e.g. cosine:0.1:0.01")
+        if len(parts) != 3:
+            raise ValueError
+        WarmupDecay(1.0, 0, 1, decay, floor)
+        TrainConfig(weight_decay=weight_decay)
+    except (IndexError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"{value!r} is not DECAY:FLOOR:WEIGHT_DECAY, e.g. cosine:0.1:0.01") from error
+    except ChargenError as error:
+        raise argparse.ArgumentTypeError(f"{value!r}: {error}") from error
     return decay, floor, weight_decay
 
 

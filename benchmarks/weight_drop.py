@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -94,12 +95,7 @@ def equal_steps_model(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """The model those flags ask for, or a one-line refusal (exit 2) naming the flag."""
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
-    for name in ("hidden", "layers"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
-    if not 0 <= args.dropout < 1:
-        parser.error(f"--dropout must be in [0, 1), not {args.dropout}")
-    try:
+    try:  # ModelConfig's own checks name the flag: --hidden, --layers, --dropout
         return ModelConfig(hidden=args.hidden, layers=args.layers, dropout=args.dropout)
     except ChargenError as error:
         parser.error(str(error))
@@ -108,8 +104,12 @@ def equal_steps_model(parser: argparse.ArgumentParser, args: argparse.Namespace)
 def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, steps: int,
                     weight_decay: float = 0.01, decay: str = "cosine") -> dict:
     """Train ``model`` for ``steps`` (weight decay 0.01 unless told) under OUT/runs/NAME-STEPS: its row."""
-    result = train(corpus, out / "runs" / f"{name.replace(':', '_')}-{steps}", model,
-                   TrainConfig(steps=steps, weight_decay=weight_decay, decay=decay, sample_chars=0), force=True)
+    try:  # chargen's refusals (an --out that is a file, a full disk) in one line, exit 2, as the CLI's
+        result = train(corpus, out / "runs" / f"{name.replace(':', '_')}-{steps}", model,
+                       TrainConfig(steps=steps, weight_decay=weight_decay, decay=decay, sample_chars=0), force=True)
+    except ChargenError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from error
     seconds = json.loads((result.run_dir / "config.json").read_text())["summary"]["train_seconds"]
     return {"setting": name, "steps": steps, "best_val_loss": round(result.best_val_loss, 4),
             "ms_per_step": round(1000 * seconds / steps, 1), "cpu": cpu_name()}

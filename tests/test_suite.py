@@ -182,8 +182,12 @@ def test_schedule_knobs_trains_each_setting_with_its_floor_decay_and_weight_deca
 
 @pytest.mark.parametrize("main, args, said", [
     (schedule_knobs.main, ["--settings", "cosine:0.1"], "is not DECAY:FLOOR:WEIGHT_DECAY"),
-    (schedule_knobs.main, ["--settings", "step:0.1:0.01"], "is not DECAY:FLOOR:WEIGHT_DECAY"),
-    (schedule_knobs.main, ["--settings", "cosine:2:0.01"], "is not DECAY:FLOOR:WEIGHT_DECAY"),
+    (schedule_knobs.main, ["--settings", "cosine:x:0.01"], "is not DECAY:FLOOR:WEIGHT_DECAY"),
+    (schedule_knobs.main, ["--settings", "step:0.1:0.01"], "--decay must be one of"),
+    (schedule_knobs.main, ["--settings", "cosine:2:0.01"], "the final lr fraction must be in [0, 1]"),
+    # refused before the first setting trains, not by train() after it
+    (schedule_knobs.main, ["--settings", "cosine:0.1:0.01", "exp:0:0.01"], "never reaches 0"),
+    (schedule_knobs.main, ["--settings", "cosine:0.1:0.01", "cosine:0.1:5"], "--weight-decay must be 0 to 1"),
     (schedule_knobs.main, ["--steps", "0"], "--steps must be at least 1"),
     (schedule_knobs.main, ["--layers", "65"], "--layers must be 1 to 64"),
     (weight_drop_main, ["--settings", "0.5"], "is not WEIGHT_DROP:DROPOUT"),
@@ -191,12 +195,13 @@ def test_schedule_knobs_trains_each_setting_with_its_floor_decay_and_weight_deca
     (weight_drop_main, ["--settings", "1:0.2"], "is not WEIGHT_DROP:DROPOUT"),
     (weight_drop_main, ["--steps", "0"], "--steps must be at least 1"),
     (locked_dropout.main, ["--steps", "0"], "--steps must be at least 1"),
-    (locked_dropout.main, ["--hidden", "0"], "--hidden must be at least 1"),
-    (locked_dropout.main, ["--layers", "0"], "--layers must be at least 1"),
+    (locked_dropout.main, ["--hidden", "0"], "--hidden must be 1 to 65,536, not 0"),
+    (locked_dropout.main, ["--layers", "0"], "--layers must be 1 to 64, not 0"),
     (locked_dropout.main, ["--layers", "65"], "--layers must be 1 to 64"),
     (locked_dropout.main, ["--dropout", "1"], "--dropout must be in [0, 1)"),
     (locked_dropout.main, ["--dropout", "0"], "--dropout must be in (0, 1), not 0"),
-    (locked_dropout.main, ["--kinds", "weight"], "invalid choice: 'weight'")])
+    (locked_dropout.main, ["--kinds", "weight"], "invalid choice: 'weight'"),
+    (schedule_knobs.main, ["--steps", "2", "--hidden", "8", "--out", "/dev/null"], "choose a folder you can")])
 def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, said, capsys):
     with pytest.raises(SystemExit) as stopped:
         main(args)
