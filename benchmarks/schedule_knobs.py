@@ -1,9 +1,12 @@
-"""Where the learning rate ends and how much AdamW weight decay, on a suite text at fixed
+"""Where the learning rate ends and how much AdamW weight decay (and, for all the settings of
+a run, the peak learning rate and the embedding's width), on a suite text at fixed
 steps (issue 33, part 2: what else might pay in the many-epoch regime, where a model sees
 its text 20 times and more and its validation loss flattens before the plan ends).
 
     python -m benchmarks.schedule_knobs --text play --steps 3400 --dropout 0.2 \\
         --settings cosine:0.1:0.01 cosine:0:0.01 linear:0:0.01 cosine:0.1:0.1 cosine:0.1:0.3
+    python -m benchmarks.schedule_knobs --steps 3400 --dropout 0.2 --base-lr 0.005 --settings cosine:0.1:0.01
+    python -m benchmarks.schedule_knobs --steps 3400 --dropout 0.2 --embedding 256 --settings cosine:0.1:0.01
 
 A setting is DECAY:FLOOR:WEIGHT_DECAY: the decay from the peak (``--decay``), the fraction of
 the peak it ends at (chargen's is 0.1, not a flag: this process patches the schedule for
@@ -23,6 +26,7 @@ from benchmarks.suite_texts import suite_corpus
 from benchmarks.weight_drop import equal_steps_arguments, equal_steps_model, equal_steps_row
 from chargen.config import TrainConfig
 from chargen.errors import ChargenError
+from chargen.model import ModelConfig
 from chargen.schedule import BatchScaling, WarmupDecay
 
 
@@ -58,18 +62,29 @@ def main(argv: list[str] | None = None) -> None:
     equal_steps_arguments(parser, OUT / "schedule_knobs")
     parser.add_argument("--settings", nargs="+", type=setting, default=[("cosine", 0.1, 0.01), ("cosine", 0.0, 0.01)],
                         help="DECAY:FLOOR:WEIGHT_DECAY each")
+    parser.add_argument("--base-lr", type=float, default=TrainConfig.base_lr,
+                        help=f"the peak learning rate at batch 32 (chargen's: {TrainConfig.base_lr:g})")
     args = parser.parse_args(argv)
     model = equal_steps_model(parser, args)
+    try:
+        TrainConfig(base_lr=args.base_lr)
+    except ChargenError as error:
+        parser.error(str(error))
     corpus = suite_corpus(args.text)
     whole = BatchScaling.schedule
     for decay, floor, weight_decay in args.settings:
-        name = f"{args.text}-{args.layers}x{args.hidden}:{args.dropout:g}-{decay}:{floor:g}:{weight_decay:g}"
+        embedding = "" if args.embedding == ModelConfig.embedding else f"-e{args.embedding}"
+        lr = "" if args.base_lr == TrainConfig.base_lr else f"-lr{args.base_lr:g}"
+        name = (f"{args.text}-{args.layers}x{args.hidden}:{args.dropout:g}{embedding}{lr}-"
+                f"{decay}:{floor:g}:{weight_decay:g}")
         BatchScaling.schedule = floored(floor)
         try:
-            row = equal_steps_row(corpus, args.out, name, model, args.steps, weight_decay=weight_decay, decay=decay)
+            row = equal_steps_row(corpus, args.out, name, model, args.steps, weight_decay=weight_decay, decay=decay,
+                                 base_lr=args.base_lr)
         finally:
             BatchScaling.schedule = whole
-        row |= {"text": args.text, "decay": decay, "floor": floor, "weight_decay": weight_decay}
+        row |= {"text": args.text, "embedding": args.embedding, "base_lr": args.base_lr, "decay": decay, "floor": floor,
+                "weight_decay": weight_decay}
         append_jsonl(args.out / "results.jsonl", row)
         print(row, flush=True)
 

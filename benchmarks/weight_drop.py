@@ -86,6 +86,7 @@ def equal_steps_arguments(parser: argparse.ArgumentParser, out: Path) -> None:
     parser.add_argument("--text", choices=sorted(TEXTS), default="play")
     parser.add_argument("--steps", type=int, default=3400)
     parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--embedding", type=int, default=ModelConfig.embedding)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--dropout", type=float, default=0.2)
     parser.add_argument("--out", type=Path, default=out)
@@ -95,18 +96,20 @@ def equal_steps_model(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """The model those flags ask for, or a one-line refusal (exit 2) naming the flag."""
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
-    try:  # ModelConfig's own checks name the flag: --hidden, --layers, --dropout
-        return ModelConfig(hidden=args.hidden, layers=args.layers, dropout=args.dropout)
+    try:  # ModelConfig's own checks name the flag: --hidden, --embedding, --layers, --dropout
+        return ModelConfig(embedding=args.embedding, hidden=args.hidden, layers=args.layers, dropout=args.dropout)
     except ChargenError as error:
         parser.error(str(error))
 
 
 def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, steps: int,
-                    weight_decay: float = 0.01, decay: str = "cosine") -> dict:
-    """Train ``model`` for ``steps`` (weight decay 0.01 unless told) under OUT/runs/NAME-STEPS: its row."""
+                    weight_decay: float = 0.01, decay: str = "cosine", base_lr: float = TrainConfig.base_lr) -> dict:
+    """Train ``model`` for ``steps`` (weight decay 0.01 and chargen's peak lr unless told) under
+    OUT/runs/NAME-STEPS: its row."""
     try:  # chargen's refusals (an --out that is a file, a full disk) in one line, exit 2, as the CLI's
         result = train(corpus, out / "runs" / f"{name.replace(':', '_')}-{steps}", model,
-                       TrainConfig(steps=steps, weight_decay=weight_decay, decay=decay, sample_chars=0), force=True)
+                       TrainConfig(steps=steps, weight_decay=weight_decay, decay=decay, base_lr=base_lr,
+                                                                  sample_chars=0), force=True)
     except ChargenError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from error

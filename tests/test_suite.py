@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import chargen.model
-from benchmarks import locked_dropout, schedule_knobs, tiny_gpt
+from benchmarks import locked_dropout, schedule_knobs, tied_weights, tiny_gpt, weight_average
 from benchmarks.common import cpu_name
 from benchmarks.suite import around, cell_rows, command, report
 from benchmarks.suite import main as suite_main
@@ -201,8 +201,73 @@ def test_schedule_knobs_trains_each_setting_with_its_floor_decay_and_weight_deca
     (locked_dropout.main, ["--dropout", "1"], "--dropout must be in [0, 1)"),
     (locked_dropout.main, ["--dropout", "0"], "--dropout must be in (0, 1), not 0"),
     (locked_dropout.main, ["--kinds", "weight"], "invalid choice: 'weight'"),
+    (schedule_knobs.main, ["--embedding", "0"], "--embedding must be 1 to 65,536, not 0"),
+    (schedule_knobs.main, ["--base-lr", "2"], "--base-lr must be between 0 and 1"),
+    (weight_average.main, ["--settings", "1"], "is not DECAY[:START]"),
+    (weight_average.main, ["--settings", "0.9:-1"], "is not DECAY[:START]"),
+    (weight_average.main, ["--settings", "0.9:1:2"], "is not DECAY[:START]"),
+    (weight_average.main, ["--steps", "0"], "--steps must be at least 1"),
+    (tied_weights.main, ["--hidden", "16", "--embedding", "8"], "tying needs --embedding equal to --hidden (16)"),
+    (tied_weights.main, ["--settings", "loose"], "invalid choice: 'loose'"),
     (schedule_knobs.main, ["--steps", "2", "--hidden", "8", "--out", "/dev/null"], "choose a folder you can")])
 def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, said, capsys):
     with pytest.raises(SystemExit) as stopped:
         main(args)
     assert stopped.value.code == 2 and said in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_schedule_knobs_trains_the_embedding_and_peak_lr_it_is_given(tmp_path, monkeypatch):
+    from chargen import load_corpus
+
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 200)
+    monkeypatch.setattr(schedule_knobs, "suite_corpus", lambda kind: load_corpus(text))
+    schedule_knobs.main(["--steps", "2", "--hidden", "8", "--embedding", "16", "--base-lr", "0.001",
+                         "--out", str(tmp_path / "out")])
+    saved = json.loads((tmp_path / "out" / "runs" / "play-1x8_0.2-e16-lr0.001-cosine_0.1_0.01-2" /
+                        "config.json").read_text())
+    assert saved["model"]["embedding"] == 16 and saved["train"]["base_lr"] == 0.001
+    row = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[-1])
+    assert (row["embedding"], row["base_lr"]) == (16, 0.001)
+
+
+def test_weight_average_scores_the_average_and_leaves_the_live_training_alone(tmp_path, monkeypatch):
+    from chargen import load_corpus
+    from chargen.storage import load_tensors
+    from chargen.train import Trainer
+
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 200)
+    monkeypatch.setattr(weight_average, "suite_corpus", lambda kind: load_corpus(text))
+    chargens = Trainer.update, Trainer.score
+    weight_average.main(["--steps", "6", "--hidden", "8", "--settings", "0", "0.5:2", "--out", str(tmp_path / "out")])
+    assert (Trainer.update, Trainer.score) == chargens
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(row["decay"], row["start"]) for row in rows] == [(0.0, 0), (0.5, 2)]
+    assert rows[0]["best_val_loss"] != rows[1]["best_val_loss"]  # the average was scored ...
+    runs = tmp_path / "out" / "runs"
+    live = [load_tensors(runs / name / "model.safetensors")[0]
+            for name in ("play-1x8_0.2-e64-avg0_0-6", "play-1x8_0.2-e64-avg0.5_2-6")]
+    assert live[0].keys() == live[1].keys()
+    assert all(torch.equal(live[0][k], live[1][k]) for k in live[0])  # ... and the live weights trained as alone
+
+
+def test_tied_weights_scores_with_the_embeddings_matrix_and_trains_it_from_both_ends(tmp_path, monkeypatch):
+    from chargen import load_corpus
+
+    torch.manual_seed(0)
+    model, ids = CharLSTM(ModelConfig(vocab_size=11, embedding=8, hidden=8, dropout=0.0)), torch.randint(11, (5, 3))
+    logits, _ = tied_weights.tied_forward(model, ids)
+    out, _ = model.lstm(model.embed(ids), model.initial_state(3))
+    assert torch.allclose(logits, out @ model.embed.weight.T + model.head.bias)
+    logits.sum().backward()
+    assert model.head.weight.grad is None and model.embed.weight.grad.abs().sum() > 0
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 200)
+    monkeypatch.setattr(tied_weights, "suite_corpus", lambda kind: load_corpus(text))
+    chargens = CharLSTM.forward
+    tied_weights.main(["--steps", "3", "--hidden", "8", "--out", str(tmp_path / "out")])
+    assert CharLSTM.forward is chargens
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(row["embedding"], row["tied"]) for row in rows] == [(8, False), (8, True)]
+    assert rows[0]["best_val_loss"] != rows[1]["best_val_loss"]
