@@ -43,28 +43,27 @@ def setting(value: str) -> tuple[float, int]:
 def averaged(decay: float, start: int):
     """The trainer, for the block, keeping and scoring an average of its weights."""
     update, score = Trainer.update, Trainer.score
-    average: dict[int, list[torch.Tensor]] = {}  # id(trainer): the average, parameter by parameter
+    average: list[torch.Tensor] = []  # parameter by parameter (one run trains in the block)
 
     def averaging_update(self: Trainer, loss, batch) -> None:
         update(self, loss, batch)
         live = [p.detach() for p in self.run.model.parameters()]
-        if self.run.state.progress.step <= start or id(self) not in average:
-            average[id(self)] = [p.clone() for p in live]
+        if self.run.state.progress.step <= start or not average:
+            average[:] = [p.clone() for p in live]
         else:
-            torch._foreach_lerp_(average[id(self)], live, 1.0 - decay)
+            torch._foreach_lerp_(average, live, 1.0 - decay)
 
     def averaged_score(self: Trainer, sample):
-        if id(self) not in average:
+        if not average:
             return score(self, sample)
-        live = [p.detach().clone() for p in self.run.model.parameters()]
+        params = list(self.run.model.parameters())
+        live = [p.detach().clone() for p in params]
         with torch.no_grad():
-            for p, a in zip(self.run.model.parameters(), average[id(self)], strict=True):
-                p.copy_(a)
+            torch._foreach_copy_(params, average)
             try:
                 return score(self, sample)
             finally:
-                for p, kept in zip(self.run.model.parameters(), live, strict=True):
-                    p.copy_(kept)
+                torch._foreach_copy_(params, live)
 
     if decay > 0:
         Trainer.update, Trainer.score = averaging_update, averaged_score

@@ -109,7 +109,7 @@ def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, st
     try:  # chargen's refusals (an --out that is a file, a full disk) in one line, exit 2, as the CLI's
         result = train(corpus, out / "runs" / f"{name.replace(':', '_')}-{steps}", model,
                        TrainConfig(steps=steps, weight_decay=weight_decay, decay=decay, base_lr=base_lr,
-                                                                  sample_chars=0), force=True)
+                                   sample_chars=0), force=True)
     except ChargenError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from error

@@ -15,8 +15,16 @@ from benchmarks.suite import main as suite_main
 from benchmarks.suite_texts import gutenberg_body, tidy
 from benchmarks.weight_drop import dropped_forward
 from benchmarks.weight_drop import main as weight_drop_main
+from chargen import load_corpus
 from chargen.model import CharLSTM, ModelConfig
 from chargen.schedule import BatchScaling
+
+
+def use_a_short_text(monkeypatch, tmp_path, benchmark) -> None:
+    """``benchmark`` trains on a short text of its own in place of a suite text."""
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question\n" * 200)
+    monkeypatch.setattr(benchmark, "suite_corpus", lambda kind: load_corpus(text))
 
 
 def test_the_settings_around_autos_choice_are_its_ladder_neighbours_and_dropout_neighbours():
@@ -107,11 +115,7 @@ def test_weight_drop_trains_on_dropped_recurrent_weights_and_scores_on_the_whole
 
 
 def test_locked_dropout_trains_each_kind_with_its_own_dropout_and_puts_chargens_back(tmp_path, monkeypatch):
-    from chargen import load_corpus
-
-    text = tmp_path / "t.txt"
-    text.write_text("to be or not to be, that is the question\n" * 200)
-    monkeypatch.setattr(locked_dropout, "suite_corpus", lambda kind: load_corpus(text))
+    use_a_short_text(monkeypatch, tmp_path, locked_dropout)
     built = []
     real_row = locked_dropout.equal_steps_row
 
@@ -159,11 +163,7 @@ def test_the_between_kind_locks_the_mask_between_stacked_layers_and_is_otherwise
 
 def test_schedule_knobs_trains_each_setting_with_its_floor_decay_and_weight_decay_then_puts_chargens_back(
         tmp_path, monkeypatch):
-    from chargen import load_corpus
-
-    text = tmp_path / "t.txt"
-    text.write_text("to be or not to be, that is the question\n" * 200)
-    monkeypatch.setattr(schedule_knobs, "suite_corpus", lambda kind: load_corpus(text))
+    use_a_short_text(monkeypatch, tmp_path, schedule_knobs)
     chargens = BatchScaling.schedule
     schedule_knobs.main(["--steps", "4", "--hidden", "8", "--settings", "linear:0:0.1", "cosine:0.1:0.01",
                          "--out", str(tmp_path / "out")])
@@ -217,11 +217,7 @@ def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, sa
 
 
 def test_schedule_knobs_trains_the_embedding_and_peak_lr_it_is_given(tmp_path, monkeypatch):
-    from chargen import load_corpus
-
-    text = tmp_path / "t.txt"
-    text.write_text("to be or not to be, that is the question\n" * 200)
-    monkeypatch.setattr(schedule_knobs, "suite_corpus", lambda kind: load_corpus(text))
+    use_a_short_text(monkeypatch, tmp_path, schedule_knobs)
     schedule_knobs.main(["--steps", "2", "--hidden", "8", "--embedding", "16", "--base-lr", "0.001",
                          "--out", str(tmp_path / "out")])
     saved = json.loads((tmp_path / "out" / "runs" / "play-1x8_0.2-e16-lr0.001-cosine_0.1_0.01-2" /
@@ -232,13 +228,10 @@ def test_schedule_knobs_trains_the_embedding_and_peak_lr_it_is_given(tmp_path, m
 
 
 def test_weight_average_scores_the_average_and_leaves_the_live_training_alone(tmp_path, monkeypatch):
-    from chargen import load_corpus
     from chargen.storage import load_tensors
     from chargen.train import Trainer
 
-    text = tmp_path / "t.txt"
-    text.write_text("to be or not to be, that is the question\n" * 200)
-    monkeypatch.setattr(weight_average, "suite_corpus", lambda kind: load_corpus(text))
+    use_a_short_text(monkeypatch, tmp_path, weight_average)
     chargens = Trainer.update, Trainer.score
     weight_average.main(["--steps", "6", "--hidden", "8", "--settings", "0", "0.5:2", "--out", str(tmp_path / "out")])
     assert (Trainer.update, Trainer.score) == chargens
@@ -253,8 +246,6 @@ def test_weight_average_scores_the_average_and_leaves_the_live_training_alone(tm
 
 
 def test_tied_weights_scores_with_the_embeddings_matrix_and_trains_it_from_both_ends(tmp_path, monkeypatch):
-    from chargen import load_corpus
-
     torch.manual_seed(0)
     model, ids = CharLSTM(ModelConfig(vocab_size=11, embedding=8, hidden=8, dropout=0.0)), torch.randint(11, (5, 3))
     logits, _ = tied_weights.tied_forward(model, ids)
@@ -262,9 +253,7 @@ def test_tied_weights_scores_with_the_embeddings_matrix_and_trains_it_from_both_
     assert torch.allclose(logits, out @ model.embed.weight.T + model.head.bias)
     logits.sum().backward()
     assert model.head.weight.grad is None and model.embed.weight.grad.abs().sum() > 0
-    text = tmp_path / "t.txt"
-    text.write_text("to be or not to be, that is the question\n" * 200)
-    monkeypatch.setattr(tied_weights, "suite_corpus", lambda kind: load_corpus(text))
+    use_a_short_text(monkeypatch, tmp_path, tied_weights)
     chargens = CharLSTM.forward
     tied_weights.main(["--steps", "3", "--hidden", "8", "--out", str(tmp_path / "out")])
     assert CharLSTM.forward is chargens
