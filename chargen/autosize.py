@@ -25,7 +25,7 @@ falling. Whoever gives ``--dropout`` or ``--weight-decay`` gets that.
 
 The constants come from the sweep of ``python -m benchmarks.budget`` (benchmarks/README.md,
 "How good at a budget"): fixed sizes against each other at equal wall time, natively and as an AVX2-only
-CPU sees it; dropout's rise past the first measurements from ``python -m benchmarks.suite`` ("The suite",
+CPU sees it; dropout's rise past the first measurements from ``python -m benchmarks.suite`` (benchmarks/suite.md,
 five kinds of text).
 """
 
@@ -90,7 +90,9 @@ def regularisation(epochs: float, params: int, text_chars: int) -> Regularisatio
     with 0.4, 1.4651 with 0.5 and 1.4872 with 0.3, though prose at 411 s (1x512, exposure 50)
     did best with 0.2 (1.3974 against the rule's 0.35, 1.4074). On texts it was not fitted
     on, at 411 s: Python 1.0975 with 0.28 against 1.1306 with 0.1, Russian 1.3912 with 0.26
-    against 1.3638 (still learning at 0.1: a text's own signal, not yet read here).
+    against 1.3638 (still learning at 0.1: a text's own signal, not yet read here; at 3,200 steps
+    each, 1.3970 with 0.26 against 1.3809 with 0.1). Held out, Python at exposure 50 (1x512 for
+    8,000 steps): 1.0919 with the rule's 0.36, 1.0961 with 0.3, 1.1181 with 0.2 (benchmarks/suite.md).
 
     None either for a model too big for its run, one that will see fewer than
     NO_DROPOUT_CHARS_PER_PARAM training characters per parameter: it is far from memorising

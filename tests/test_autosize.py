@@ -151,7 +151,7 @@ def test_regularisation_grows_with_the_exposure():
 
 
 def test_the_many_epoch_regime_gets_the_dropout_measured_there():
-    """The suite's runs past the first measurements (benchmarks/README.md, "The suite"):
+    """The suite's runs past the first measurements (benchmarks/suite.md):
     1x512 on a play at 411 s, planned at an exposure of 16-24, did best with dropout 0.2
     (0.1 lost by 0.024, 0.3 by 0.005); 1x128 on a list of names at 60 s, at about 400, with
     0.4 (0.2, 0.3 and 0.5 lost by 0.013-0.018); 2x512 on the play for 30 minutes, at 143,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import chargen.model
-from benchmarks import locked_dropout, schedule_knobs, tied_weights, tiny_gpt, weight_average
+from benchmarks import dropout_schedule, locked_dropout, schedule_knobs, tied_weights, tiny_gpt, weight_average
 from benchmarks.common import cpu_name
 from benchmarks.suite import around, cell_rows, command, report
 from benchmarks.suite import main as suite_main
@@ -209,6 +209,10 @@ def test_schedule_knobs_trains_each_setting_with_its_floor_decay_and_weight_deca
     (weight_average.main, ["--steps", "0"], "--steps must be at least 1"),
     (tied_weights.main, ["--hidden", "16", "--embedding", "8"], "tying needs --embedding equal to --hidden (16)"),
     (tied_weights.main, ["--settings", "loose"], "invalid choice: 'loose'"),
+    (dropout_schedule.main, ["--settings", "ramp"], "is not const:P, ramp:P or late:START:P"),
+    (dropout_schedule.main, ["--settings", "const:1"], "is not const:P, ramp:P or late:START:P"),
+    (dropout_schedule.main, ["--settings", "late:2:0.3"], "is not const:P, ramp:P or late:START:P"),
+    (dropout_schedule.main, ["--settings", "wobble:0.2"], "is not const:P, ramp:P or late:START:P"),
     (schedule_knobs.main, ["--steps", "2", "--hidden", "8", "--out", "/dev/null"], "choose a folder you can")])
 def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, said, capsys):
     with pytest.raises(SystemExit) as stopped:
@@ -260,3 +264,20 @@ def test_tied_weights_scores_with_the_embeddings_matrix_and_trains_it_from_both_
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert [(row["embedding"], row["tied"]) for row in rows] == [(8, False), (8, True)]
     assert rows[0]["best_val_loss"] != rows[1]["best_val_loss"]
+
+
+def test_dropout_schedule_sets_the_models_dropout_by_the_share_of_the_run_done(tmp_path, monkeypatch):
+    from chargen.train import Trainer
+
+    set_to: list[float] = []
+    set_dropout = CharLSTM.set_dropout
+    monkeypatch.setattr(CharLSTM, "set_dropout", lambda model, p: (set_to.append(p), set_dropout(model, p)))
+    use_a_short_text(monkeypatch, tmp_path, dropout_schedule)
+    chargens = Trainer.fit, Trainer.update
+    dropout_schedule.main(["--steps", "4", "--hidden", "8", "--out", str(tmp_path / "out"),
+                           "--settings", "ramp:0.4", "late:0.5:0.3", "const:0.2"])
+    assert (Trainer.fit, Trainer.update) == chargens
+    assert set_to == [0.0, 0.1, 0.2, 0.3, 0.4] + [0.0, 0.0, 0.3, 0.3, 0.3] + [0.2] * 5
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [row["schedule"] for row in rows] == ["ramp:0.4", "late:0.5:0.3", "const:0.2"]
+    assert len({row["best_val_loss"] for row in rows}) == 3
