@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from contextlib import contextmanager
+from unittest.mock import patch
 
 from benchmarks.common import OUT, append_jsonl, command_line
 from benchmarks.suite_texts import suite_corpus
@@ -68,11 +69,8 @@ def scheduled(schedule: Schedule):
         update(self, loss, batch)
         set_by_schedule(self)
 
-    Trainer.fit, Trainer.update = scheduled_fit, scheduled_update
-    try:
+    with patch.multiple(Trainer, fit=scheduled_fit, update=scheduled_update):
         yield
-    finally:
-        Trainer.fit, Trainer.update = begin, update
 
 
 def main(argv: list[str] | None = None) -> None:

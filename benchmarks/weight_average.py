@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 from contextlib import contextmanager
+from unittest.mock import patch
 
 import torch
 
@@ -65,12 +66,11 @@ def averaged(decay: float, start: int):
             finally:
                 torch._foreach_copy_(params, live)
 
-    if decay > 0:
-        Trainer.update, Trainer.score = averaging_update, averaged_score
-    try:
+    if decay == 0:  # none: chargen as it is
         yield
-    finally:
-        Trainer.update, Trainer.score = update, score
+        return
+    with patch.multiple(Trainer, update=averaging_update, score=averaged_score):
+        yield
 
 
 def main(argv: list[str] | None = None) -> None:
