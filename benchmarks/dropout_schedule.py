@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, schedule in args.settings:
         run_name = f"{args.text}-{args.layers}x{args.hidden}-e{args.embedding}-drop-{name}"
         with scheduled(schedule):
-            row = equal_steps_row(corpus, args.out, run_name, model, args.steps)
+            row = equal_steps_row(corpus, args.out, run_name, model, args.steps, seed=args.seed)
         row |= {"text": args.text, "schedule": name}
         append_jsonl(args.out / "results.jsonl", row)
         print(row, flush=True)

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         chargen.model.LockedDropout, CharLSTM.forward = KINDS[kind]
         try:
             name = f"{args.text}-{args.layers}x{args.hidden}-{kind}:{args.dropout:g}"
-            row = equal_steps_row(corpus, args.out, name, model, args.steps)
+            row = equal_steps_row(corpus, args.out, name, model, args.steps, seed=args.seed)
         finally:
             chargen.model.LockedDropout, CharLSTM.forward = chosen
         append_jsonl(args.out / "results.jsonl", {"kind": kind, "text": args.text, "layers": args.layers, **row})

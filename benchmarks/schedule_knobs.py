@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         BatchScaling.schedule = floored(floor)
         try:
             row = equal_steps_row(corpus, args.out, name, model, args.steps, weight_decay=weight_decay, decay=decay,
-                                 base_lr=args.base_lr)
+                                 base_lr=args.base_lr, seed=args.seed)
         finally:
             BatchScaling.schedule = whole
         row |= {"text": args.text, "embedding": args.embedding, "base_lr": args.base_lr, "decay": decay, "floor": floor,

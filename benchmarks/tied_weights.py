@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         name = f"{args.text}-{args.layers}x{args.hidden}:{args.dropout:g}-e{args.embedding}-{kind}"
         CharLSTM.forward = tied_forward if kind == "tied" else whole
         try:
-            row = equal_steps_row(corpus, args.out, name, model, args.steps)
+            row = equal_steps_row(corpus, args.out, name, model, args.steps, seed=args.seed)
         finally:
             CharLSTM.forward = whole
         row |= {"text": args.text, "embedding": args.embedding, "tied": kind == "tied"}

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     for decay, start in args.settings:
         name = f"{args.text}-{args.layers}x{args.hidden}:{args.dropout:g}-e{args.embedding}-avg{decay:g}:{start}"
         with averaged(decay, start):
-            row = equal_steps_row(corpus, args.out, name, model, args.steps)
+            row = equal_steps_row(corpus, args.out, name, model, args.steps, seed=args.seed)
         row |= {"text": args.text, "decay": decay, "start": start}
         append_jsonl(args.out / "results.jsonl", row)
         print(row, flush=True)

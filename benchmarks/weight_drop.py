@@ -47,15 +47,20 @@ def dropped_forward(p: float):
     return forward
 
 
-def setting(value: str) -> tuple[float, float]:
-    """WEIGHT_DROP:DROPOUT, each in [0, 1)."""
+def rate_pair(value: str, form: str, example: str) -> tuple[float, float]:
+    """Two rates A:B, each in [0, 1), or argparse's refusal naming ``form`` with ``example``."""
     try:
         pair = tuple(float(v) for v in value.split(":"))
     except ValueError:
         pair = ()
     if len(pair) != 2 or not all(0 <= v < 1 for v in pair):
-        raise argparse.ArgumentTypeError(f"{value!r} is not WEIGHT_DROP:DROPOUT, two numbers in [0, 1), e.g. 0.1:0.2")
+        raise argparse.ArgumentTypeError(f"{value!r} is not {form}, two numbers in [0, 1), e.g. {example}")
     return pair
+
+
+def setting(value: str) -> tuple[float, float]:
+    """WEIGHT_DROP:DROPOUT, each in [0, 1)."""
+    return rate_pair(value, "WEIGHT_DROP:DROPOUT", "0.1:0.2")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -89,6 +94,8 @@ def equal_steps_arguments(parser: argparse.ArgumentParser, out: Path) -> None:
     parser.add_argument("--embedding", type=int, default=ModelConfig.embedding)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--dropout", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=TrainConfig.seed,
+                        help="another seed: another initialisation and other dropout masks (the noise between runs)")
     parser.add_argument("--out", type=Path, default=out)
 
 
@@ -96,25 +103,28 @@ def equal_steps_model(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """The model those flags ask for, or a one-line refusal (exit 2) naming the flag."""
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
-    try:  # ModelConfig's own checks name the flag: --hidden, --embedding, --layers, --dropout
+    try:  # chargen's own checks name the flag: --hidden, --embedding, --layers, --dropout, --seed
+        TrainConfig(seed=args.seed)
         return ModelConfig(embedding=args.embedding, hidden=args.hidden, layers=args.layers, dropout=args.dropout)
     except ChargenError as error:
         parser.error(str(error))
 
 
 def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, steps: int,
-                    weight_decay: float = 0.01, decay: str = "cosine", base_lr: float = TrainConfig.base_lr) -> dict:
-    """Train ``model`` for ``steps`` (weight decay 0.01 and chargen's peak lr unless told) under
-    OUT/runs/NAME-STEPS: its row."""
+                    weight_decay: float = 0.01, decay: str = "cosine", base_lr: float = TrainConfig.base_lr,
+                    seed: int = TrainConfig.seed) -> dict:
+    """Train ``model`` for ``steps`` (weight decay 0.01, chargen's peak lr and seed unless told)
+    under OUT/runs/NAME-STEPS (NAME-STEPS-seedN for another seed): its row."""
+    run = f"{name.replace(':', '_')}-{steps}" + ("" if seed == TrainConfig.seed else f"-seed{seed}")
     try:  # chargen's refusals (an --out that is a file, a full disk) in one line, exit 2, as the CLI's
-        result = train(corpus, out / "runs" / f"{name.replace(':', '_')}-{steps}", model,
-                       TrainConfig(steps=steps, weight_decay=weight_decay, decay=decay, base_lr=base_lr,
+        result = train(corpus, out / "runs" / run, model,
+                       TrainConfig(steps=steps, weight_decay=weight_decay, decay=decay, base_lr=base_lr, seed=seed,
                                    sample_chars=0), force=True)
     except ChargenError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
     seconds = json.loads((result.run_dir / "config.json").read_text())["summary"]["train_seconds"]
-    return {"setting": name, "steps": steps, "best_val_loss": round(result.best_val_loss, 4),
+    return {"setting": name, "steps": steps, "seed": seed, "best_val_loss": round(result.best_val_loss, 4),
             "ms_per_step": round(1000 * seconds / steps, 1), "cpu": cpu_name()}
 
 

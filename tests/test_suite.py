@@ -8,7 +8,15 @@ import pytest
 import torch
 
 import chargen.model
-from benchmarks import dropout_schedule, locked_dropout, schedule_knobs, tied_weights, tiny_gpt, weight_average
+from benchmarks import (
+    dropout_schedule,
+    locked_dropout,
+    schedule_knobs,
+    split_dropout,
+    tied_weights,
+    tiny_gpt,
+    weight_average,
+)
 from benchmarks.common import cpu_name
 from benchmarks.suite import around, cell_rows, command, report
 from benchmarks.suite import main as suite_main
@@ -119,8 +127,8 @@ def test_locked_dropout_trains_each_kind_with_its_own_dropout_and_puts_chargens_
     built = []
     real_row = locked_dropout.equal_steps_row
 
-    def row(corpus, out, name, model, steps):
-        result = real_row(corpus, out, name, model, steps)
+    def row(corpus, out, name, model, steps, **options):
+        result = real_row(corpus, out, name, model, steps, **options)
         built.append((name, chargen.model.LockedDropout, CharLSTM.forward))
         return result
 
@@ -213,6 +221,10 @@ def test_schedule_knobs_trains_each_setting_with_its_floor_decay_and_weight_deca
     (dropout_schedule.main, ["--settings", "const:1"], "is not const:P, ramp:P or late:START:P"),
     (dropout_schedule.main, ["--settings", "late:2:0.3"], "is not const:P, ramp:P or late:START:P"),
     (dropout_schedule.main, ["--settings", "wobble:0.2"], "is not const:P, ramp:P or late:START:P"),
+    (split_dropout.main, ["--settings", "0.2"], "is not IN:OUT"),
+    (split_dropout.main, ["--seed", "-1"], "--seed must be 0 to"),
+    (split_dropout.main, ["--settings", "0.1:1"], "is not IN:OUT"),
+    (split_dropout.main, ["--settings", "a:0.1"], "is not IN:OUT"),
     (schedule_knobs.main, ["--steps", "2", "--hidden", "8", "--out", "/dev/null"], "choose a folder you can")])
 def test_the_dropout_benchmarks_refuse_a_bad_argument_in_one_line(main, args, said, capsys):
     with pytest.raises(SystemExit) as stopped:
@@ -281,3 +293,42 @@ def test_dropout_schedule_sets_the_models_dropout_by_the_share_of_the_run_done(t
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert [row["schedule"] for row in rows] == ["ramp:0.4", "late:0.5:0.3", "const:0.2"]
     assert len({row["best_val_loss"] for row in rows}) == 3
+
+
+def test_split_dropout_drops_the_input_and_the_output_at_their_own_rates(tmp_path, monkeypatch):
+    """In training the embedding loses features at IN's rate and the LSTM's output at OUT's,
+    each with one mask a row; scoring drops nothing; chargen's forward comes back after."""
+    torch.manual_seed(0)
+    model, ids = CharLSTM(ModelConfig(vocab_size=11, embedding=64, hidden=64, dropout=0.0)), torch.randint(11, (7, 5))
+    seen = {}
+    model.lstm.register_forward_hook(lambda module, args, out: seen.update(lstm_in=args[0], lstm_out=out[0]))
+    model.head.register_forward_hook(lambda module, args, out: seen.update(head_in=args[0]))
+    chargens = CharLSTM.forward
+    with split_dropout.split(0.0, 0.5):
+        model(ids)
+        assert torch.equal(seen["lstm_in"], model.embed(ids))  # none on the input
+        dropped = seen["head_in"] == 0
+        assert torch.equal(dropped, dropped[:1].expand_as(dropped)) and 0.3 < dropped.float().mean() < 0.7
+        assert torch.allclose(seen["head_in"][~dropped], 2 * seen["lstm_out"][~dropped])
+        model.eval()
+        assert torch.equal(model(ids)[0], chargens(model, ids)[0])  # scoring: nothing dropped
+    assert CharLSTM.forward is chargens
+    use_a_short_text(monkeypatch, tmp_path, split_dropout)
+    split_dropout.main(["--steps", "3", "--hidden", "8", "--out", str(tmp_path / "out"), "--settings", "0.2:0.2",
+                        "0:0.4"])
+    assert CharLSTM.forward is chargens
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(row["input_dropout"], row["output_dropout"]) for row in rows] == [(0.2, 0.2), (0.0, 0.4)]
+    assert rows[0]["best_val_loss"] != rows[1]["best_val_loss"]
+
+
+def test_another_seed_is_another_run_of_the_same_setting(tmp_path, monkeypatch):
+    """--seed gives the noise between runs: its own folder and row, another result."""
+    use_a_short_text(monkeypatch, tmp_path, dropout_schedule)
+    for seed in ("1234", "7"):
+        dropout_schedule.main(["--steps", "3", "--hidden", "8", "--seed", seed, "--out", str(tmp_path / "out"),
+                               "--settings", "const:0.2"])
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [row["seed"] for row in rows] == [1234, 7] and rows[0]["best_val_loss"] != rows[1]["best_val_loss"]
+    runs = sorted(path.name for path in (tmp_path / "out" / "runs").iterdir())
+    assert runs == ["play-1x8-e64-drop-const_0.2-3", "play-1x8-e64-drop-const_0.2-3-seed7"]
