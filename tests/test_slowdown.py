@@ -58,14 +58,24 @@ def on_time(wall: float) -> bool:
     return abs(wall - BUDGET) <= 0.02 * BUDGET
 
 
-def timed_run(tmp_path, n_lines: int, val_fraction: float, share: float, factor: float):
+def timed_run(tmp_path, n_lines: int, val_fraction: float, share: float, factor: float, whole_final: bool = False):
     """A BUDGET-second run whose whole validation takes ``share`` of the budget, on a machine
     ``factor`` times slower from halfway: (result, log lines, wall seconds, its folder). A second try
     where the first missed the 2% line: a shared host's pause during the final validation
     (after which nothing can be replanned) missed it once in about ten runs, at 94.6% and
-    102.7% in CI, while a budget that does not hold (110% before) misses every time."""
+    102.7% in CI, while a budget that does not hold (110% before) misses every time. Likewise,
+    with ``whole_final``, where the first scored its final validation on a sample: a pause while
+    the slower validations were timed makes the whole text look too dear to fit (once in CI's
+    AVX2 pass, 2026-12-05), where a final validation planned at the old cost never fits."""
     first = timed_try(tmp_path / "first", n_lines, val_fraction, share, factor)
-    return first if on_time(first[2]) else timed_try(tmp_path / "second", n_lines, val_fraction, share, factor)
+    if on_time(first[2]) and (final_is_whole(first[0]) or not whole_final):
+        return first
+    return timed_try(tmp_path / "second", n_lines, val_fraction, share, factor)
+
+
+def final_is_whole(result) -> bool:
+    final = [e for e in result.history if e["event"] == "val"][-1]
+    return final["step"] == result.step and final["whole"]
 
 
 def timed_try(tmp_path, n_lines: int, val_fraction: float, share: float, factor: float):
@@ -94,13 +104,12 @@ def test_a_machine_that_halves_its_speed_halfway_ends_on_time_with_its_final_val
     new speed (the schedule still finishes its decay), the final validation's time is kept
     at the new cost (before, a run stopped by the clock scored the whole text after the
     deadline: 110% of the budget), and the run ends within 2% of its budget."""
-    result, lines, wall, _ = timed_run(tmp_path, 1500, 0.3, share=0.015, factor=2.0)
+    result, lines, wall, _ = timed_run(tmp_path, 1500, 0.3, share=0.015, factor=2.0, whole_final=True)
     assert on_time(wall), (wall, lines)
     millis = step_millis(lines)
     assert millis[-1] >= 1.6 * min(millis), millis  # refitted to the slower steps
     assert result.step >= 0.99 * result.total_steps  # the schedule ran to its end
-    final = [e for e in result.history if e["event"] == "val"][-1]
-    assert final["step"] == result.step and final["whole"]
+    assert final_is_whole(result), result.history[-3:]
     assert result.best_val_loss is not None and not any("final validation" in line for line in lines)
 
 
