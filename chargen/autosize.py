@@ -142,6 +142,23 @@ def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.d
     return batch_size * bptt / max(1e-9, fastest)
 
 
+def probe_config(config: ModelConfig, text_chars: int) -> ModelConfig:
+    """The model the probe times for a size: with dropout (DROPOUT; its cost does not depend
+    on the rate) where the rule would give the size some at the size line, so that the probe
+    times the steps the run will take. Dropout between two layers costs 2x512 10-13% of a
+    step (bf16 on a Xeon: 190-197 ms, 212-215 with it; ``python -m benchmarks.probe_drift
+    --dropout-cost 2x512``), and the probe that timed it
+    without promised 2x512 2.5-2.8 training characters per parameter at 411 s on three
+    texts, where the runs trained on 1.94-2.34 (``python -m benchmarks.probe_drift``,
+    benchmarks/suite.md). At the line a size sees CHARS_PER_PARAM characters per parameter,
+    an exposure of CHARS_PER_PARAM x (parameters per character of the text) squared; a
+    dropout given (``config.dropout``) is timed as given."""
+    if config.dropout is not None:
+        return config
+    at_line = CHARS_PER_PARAM * (params(config) / max(1, text_chars)) ** 2
+    return replace(config, dropout=DROPOUT if at_line >= LITTLE_EXPOSURE else 0.0)
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -19,7 +19,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import board, checkpoint, finetune, memory
-from .autosize import LADDER, choose_size, probe_speed, regularisation
+from .autosize import LADDER, choose_size, probe_config, probe_speed, regularisation
 from .budget import VAL_SHARE
 from .config import DEFAULT_EPOCHS, TrainConfig
 from .corpus import Corpus
@@ -324,7 +324,7 @@ def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed:
     seconds, (time_steps, batch) = config.max_time * (1 - VAL_SHARE), feed.typical_batch()
 
     def probe(candidate: ModelConfig) -> float:
-        return probe_speed(candidate, batch, time_steps, device, dtype) * ranks.world
+        return probe_speed(probe_config(candidate, feed.epoch_targets), batch, time_steps, device, dtype) * ranks.world
 
     if not choose:
         return model, min(planned, probe(model) * seconds) / feed.epoch_targets, []

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from chargen import ModelConfig, autosize, load_corpus, train
 from chargen.autosize import (
     CHARS_PER_PARAM,
+    DROPOUT,
     LADDER,
     LITTLE_EXPOSURE,
     MAX_DROPOUT,
@@ -22,6 +23,7 @@ from chargen.autosize import (
     Regularisation,
     choose_size,
     params,
+    probe_config,
     probe_speed,
     regularisation,
 )
@@ -339,3 +341,25 @@ def test_a_cap_on_the_width_holds_the_size_chosen_for_the_budget(texts, tmp_path
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model"]["hidden"] == 128 and saved["train"]["max_hidden"] == 128
     assert calls and all(c.hidden <= 128 for c in calls)
+
+
+def test_the_probe_times_a_size_with_the_dropout_it_would_get_at_the_line():
+    """2x512 on a 0.9M-character text (3.7 parameters per character: an exposure of 34 at the
+    line) is timed with dropout, which costs it 12-15% of a step; on a text ten times as long,
+    or 1x512 on 0.74M characters (7.2 at the line), without; a dropout given is timed as given."""
+    two, one = replace(BASE, layers=2, hidden=512, vocab_size=104), replace(BASE, hidden=512, vocab_size=86)
+    assert probe_config(two, 900_000).dropout == DROPOUT > 0
+    assert probe_config(two, 9_000_000).dropout == 0.0
+    assert probe_config(one, 740_000).dropout == 0.0
+    assert probe_config(replace(two, dropout=0.3), 900_000).dropout == 0.3
+    assert probe_config(replace(two, dropout=0.0), 900_000).dropout == 0.0
+
+
+def test_a_timed_run_probes_each_size_as_probe_config_makes_it(texts, tmp_path, monkeypatch):
+    calls = fake_probe(monkeypatch, 1.2e12)
+    corpus = load_corpus(texts[0], val_path=texts[1])
+    train(corpus, tmp_path / "run", None, tiny_train(steps=None, max_time=2.0, sample_chars=0), log=lambda line: None)
+    text = len(corpus.train_ids)
+    assert len(calls) >= 2 and all(c == probe_config(replace(c, dropout=None), text) for c in calls)
+    # 1x128 has 0.9 parameters per character of this 93,540 (1.8 at the line), 1x256 3.5 (31)
+    assert [(c.hidden, c.dropout) for c in calls] == [(128, 0.0), (256, DROPOUT)], (text, calls)
