@@ -16,6 +16,7 @@ without dropout and with 0.1, twice in turn: the probe used to time sizes withou
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +100,9 @@ def main() -> None:
     for run in args.runs:
         log = run / "log.txt"
         drift = read_drift(log.read_text(errors="replace")) if log.is_file() else None
-        if drift is None:
+        if drift is None:  # (said, not a silent gap in the table)
+            print(f"{run}: no size probe in a log.txt there (a size given, no --max-time, or not finished)",
+                  file=sys.stderr)
             continue
         print(f"| {run} | {drift.size} | {drift.probe_ms:.1f} | {drift.first_ms:.0f}, {drift.last_ms:.0f} | "
               f"{drift.ratio:.2f} | {drift.promised:.1f}, {drift.trained:.2f} |")
