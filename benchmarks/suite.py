@@ -1,20 +1,21 @@
-"""The budget suite (issue 33): chargen's ``--max-time`` choice on five kinds of text, at
+"""The budget suite (issue 33): chargen's ``--max-time`` choice on six kinds of text, at
 several budgets, natively and as an AVX2-only CPU sees it, against the fixed sizes and
 dropouts around it, the plain PyTorch loop and a small transformer, at equal wall time.
 
-Texts (``benchmarks.suite_texts``: a play, English prose, Python source, Russian prose
-and a list of names; built from the shipped corpora and pinned package archives, each split
-90/10). In every cell (text, budget, CPU): ``auto`` (``chargen train TRAIN --val-file VAL
---max-time B``, nothing else), ``around`` (the sizes next to auto's on chargen's ladder at
-its dropout, and its size at the dropouts next to its own: run after auto, from auto's
-record), ``LAYERSxHIDDEN:DROPOUT`` (a fixed setting), ``plain:LAYERSxHIDDEN``
-(``benchmarks.plain_loop``) and ``gpt`` (``benchmarks.tiny_gpt``, nanoGPT's CPU
-configuration). Every figure is the whole validation text's loss (chargen: the best
-whole-text validation in its summary; the baselines: chargen's evaluator, or the sliding
-windows of tiny_gpt). The list trains in lines mode in chargen (each name from a fresh
-state, scored with its end) and as a stream of lines in the baselines.
+Texts (``benchmarks.suite_texts``: a play, English prose, Python source, C++ source (held
+out from the rules' fitting), Russian prose and a list of names; built from the shipped
+corpora and pinned package archives, each split 90/10). In every cell (text, budget, CPU):
+``auto`` (``chargen train TRAIN --val-file VAL --max-time B``, nothing else), ``around``
+(the sizes next to auto's on chargen's ladder at its dropout, and its size at the dropouts
+next to its own: run after auto, from auto's record), ``LAYERSxHIDDEN:DROPOUT`` (a fixed
+setting), ``plain:LAYERSxHIDDEN`` (``benchmarks.plain_loop``) and ``gpt``
+(``benchmarks.tiny_gpt``, nanoGPT's CPU configuration). Every figure is the whole
+validation text's loss (chargen: the best whole-text validation in its summary; the
+baselines: chargen's evaluator, or the sliding windows of tiny_gpt). The list trains in
+lines mode in chargen (each name from a fresh state, scored with its end) and as a stream
+of lines in the baselines.
 
-    python -m benchmarks.suite --budgets 60 --isa native                    # 5 texts x 3: ~20 min
+    python -m benchmarks.suite --budgets 60 --isa native                    # 6 texts x 3: ~24 min
     python -m benchmarks.suite --texts play --budgets 411 --configs auto around
     python -m benchmarks.suite --texts play --budgets 411 --configs auto --tag ramp  # again, after a change
     python -m benchmarks.suite --texts russian --budgets 411 --steps 3200 --configs 1x512:0.1 1x512:0.2

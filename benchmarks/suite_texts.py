@@ -15,6 +15,10 @@ time. Fetch the archives once (PyPI and Debian are package registries):
   (``test/botchan.txt`` of sentencepiece 0.2.0); the Gutenberg headers and licences cut off.
 - ``code``: Python source, the ``.py`` files of pip 24.3.1's source archive (pip and the
   libraries it vendors) in path order, whole files, the first 1,000,000 characters or so.
+- ``cpp``: C++ source, held out from the rule's fitting: the ``.cc`` and ``.h`` files of
+  sentencepiece 0.2.0's source archive in path order (its own code, then the protobuf-lite
+  and other libraries it vendors), without the generated protocol buffers and the two
+  Unicode tables, whole files, the first 1,000,000 characters or so.
 - ``russian``: Russian prose, the UTF-8 files of Debian's fortunes-ru 1.52-3.1 (quotations,
   jokes and stories in Cyrillic) in name order, each entry a paragraph, about 1,000,000
   characters.
@@ -90,13 +94,24 @@ def prose(sources: Path) -> str:
 
 
 def code(sources: Path) -> str:
-    files = members(archive(sources, "pip-24.3.1.tar.gz"), lambda name: name.endswith(".py"))
+    return whole_files(members(archive(sources, "pip-24.3.1.tar.gz"), lambda name: name.endswith(".py")))
+
+
+def whole_files(files: dict[str, bytes]) -> str:
+    """Source files in path order, each whole and tidied, until the text reaches SIZE characters."""
     text = ""
     for name in sorted(files):
         if len(text) >= SIZE:
             break
         text += tidy(files[name].decode("utf-8")) + "\n"
     return text
+
+
+def cpp(sources: Path) -> str:
+    generated = ("/builtin_pb/", "/normalization_rule.h", "/unicode_script_map.h")
+    files = members(archive(sources, "sentencepiece-0.2.0.tar.gz"),
+                    lambda name: name.endswith((".cc", ".h")) and not any(part in name for part in generated))
+    return whole_files(files)
 
 
 def russian(sources: Path) -> str:
@@ -125,7 +140,7 @@ def names(sources: Path) -> str:
     return "\n".join(items) + "\n"
 
 
-TEXTS: dict[str, Callable[[Path], str]] = {"play": play, "prose": prose, "code": code, "russian": russian,
+TEXTS: dict[str, Callable[[Path], str]] = {"play": play, "prose": prose, "code": code, "cpp": cpp, "russian": russian,
                                            "list": names}
 
 

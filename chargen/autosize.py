@@ -14,7 +14,9 @@ at 60 s under the AVX2 cap, 1x256 on 7-9 characters per parameter but 620-680 st
 at 570-810 steps natively was a toss-up against 1x256 (won two, lost three, by up to 0.06);
 at 980 and more it won (the sweep). The line sits between. Each rung of the ladder has
 about 3.5 times the parameters and a third of the speed, so C/P falls about tenfold from one
-rung to the next. The probe stops at the first size below a line, or when the next one would
+rung to the next. The line moves with how predictable the text is (``size_line``): a
+character of source code, which compresses to half the bits of one of Shakespeare, pays a
+bigger model sooner. The probe stops at the first size below a line, or when the next one would
 take more than ``PROBE_SHARE`` of the budget to time; it is counted in the budget.
 
 Dropout and weight decay follow the run's exposure (``regularisation``): its epochs times
@@ -31,11 +33,13 @@ five kinds of text).
 
 from __future__ import annotations
 
+import bz2
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -49,6 +53,13 @@ MIN_STEPS = 800  # ... and the fewest updates (steps of the run's batch)
 PARAMS_PER_CHAR = 4.0  # the most parameters per character of the training text
 PROBE_SHARE = 0.03  # of the budget, at most, for timing the candidates
 PROBE_STEPS = 2  # timed steps per candidate (the fastest counts), after one that warms up the kernels
+# The line in CHARS_PER_PARAM was read on Shakespeare, whose characters bz2 compresses to
+# REFERENCE_BITS each; a text of b bits a character draws it at CHARS_PER_PARAM x b /
+# REFERENCE_BITS, the ratio held within LINE_SCALE (the texts measured: 0.53-1.08).
+REFERENCE_BITS = 2.3
+LINE_SCALE = (0.5, 1.25)
+SAMPLE_CHARS = 900_000  # of the text, compressed to measure it: one bz2 block, in SAMPLE_PIECES
+SAMPLE_PIECES = 8
 # Dropout and weight decay by the run's exposure: its epochs times the model's parameters
 # per character of the text (see ``regularisation``). None below LITTLE_EXPOSURE; there
 # DROPOUT and weight decay WEIGHT_DECAY, and DROPOUT_PER_DOUBLING more dropout for every
@@ -142,7 +153,34 @@ def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.d
     return batch_size * bptt / max(1e-9, fastest)
 
 
-def probe_config(config: ModelConfig, text_chars: int) -> ModelConfig:
+def bits_per_char(ids: np.ndarray) -> float:
+    """How predictable a text is: the bits a character of it takes, compressed by bz2, on
+    SAMPLE_CHARS of it at most (SAMPLE_PIECES stretches spread over a longer text; bz2 reads
+    the sample as one block, about 0.06 s on a CPU)."""
+    if len(ids) > SAMPLE_CHARS:
+        piece = SAMPLE_CHARS // SAMPLE_PIECES
+        starts = np.linspace(0, len(ids) - piece, SAMPLE_PIECES).astype(np.int64)
+        ids = np.concatenate([ids[start : start + piece] for start in starts])
+    if len(ids) == 0:
+        return REFERENCE_BITS
+    most = int(ids.max())
+    symbols = np.asarray(ids).astype(np.uint8 if most < 256 else np.uint16 if most < 65536 else np.uint32)
+    return 8 * len(bz2.compress(symbols.tobytes(), 9)) / len(ids)
+
+
+def size_line(bits: float) -> float:
+    """The least training characters per parameter for a size to be chosen, on a text of
+    ``bits`` a character (``bits_per_char``). At 411 s on a Xeon (bf16), 2x512 against
+    1x512 at the same time (benchmarks/suite.md): on Python (1.44 bits) 2x512 won on 2.2
+    characters per parameter, by 0.018; on C++ (1.22, held out from the fitting) by 0.047;
+    on Shakespeare (2.32) the two tied on 2.3; on Russian (2.48) 2x512 lost on 1.9, by 0.093.
+    Under the line: on Python 2x512 lost on 1.45 (250 s), by 0.021; on C++ it won on 1.0
+    (220 s), by 0.023: there the line is cautious."""
+    low, high = LINE_SCALE
+    return CHARS_PER_PARAM * min(high, max(low, bits / REFERENCE_BITS))
+
+
+def probe_config(config: ModelConfig, text_chars: int, line: float = CHARS_PER_PARAM) -> ModelConfig:
     """The model the probe times for a size: with dropout (DROPOUT; its cost does not depend
     on the rate) where the rule would give the size some at the size line, so that the probe
     times the steps the run will take. Dropout between two layers costs 2x512 10-13% of a
@@ -150,12 +188,12 @@ def probe_config(config: ModelConfig, text_chars: int) -> ModelConfig:
     --dropout-cost 2x512``), and the probe that timed it
     without promised 2x512 2.5-2.8 training characters per parameter at 411 s on three
     texts, where the runs trained on 1.94-2.34 (``python -m benchmarks.probe_drift``,
-    benchmarks/suite.md). At the line a size sees CHARS_PER_PARAM characters per parameter,
-    an exposure of CHARS_PER_PARAM x (parameters per character of the text) squared; a
+    benchmarks/suite.md). At the size line (``line`` characters per parameter) a size sees
+    an exposure of ``line`` x (parameters per character of the text) squared; a
     dropout given (``config.dropout``) is timed as given."""
     if config.dropout is not None:
         return config
-    at_line = CHARS_PER_PARAM * (params(config) / max(1, text_chars)) ** 2
+    at_line = line * (params(config) / max(1, text_chars)) ** 2
     return replace(config, dropout=DROPOUT if at_line >= LITTLE_EXPOSURE else 0.0)
 
 
@@ -190,8 +228,8 @@ params = parameter_count  # (the model's parameters, counted without building it
 
 def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_chars: int, base: ModelConfig,
                 step_chars: int, most_chars: float = math.inf,
-                ladder: tuple[tuple[int, int], ...] = LADDER) -> SizeChoice:
-    """The largest size of ``ladder`` that gets CHARS_PER_PARAM characters per parameter and
+                ladder: tuple[tuple[int, int], ...] = LADDER, line: float = CHARS_PER_PARAM) -> SizeChoice:
+    """The largest size of ``ladder`` that gets ``line`` characters per parameter and
     MIN_STEPS steps (of ``step_chars`` characters) in ``seconds`` of training (at the speed
     ``probe`` measures) without exceeding PARAMS_PER_CHAR parameters per character of the
     text; the smallest if none does.
@@ -213,33 +251,35 @@ def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_cha
                 break
         probed.append(Probed(config, probe(config)))
         after_first = after_first or time.perf_counter()  # (the first also pays torch's one-time set-up)
-        if chosen is not None and short_of(probed[-1], seconds, step_chars, most_chars):
+        if chosen is not None and short_of(probed[-1], seconds, step_chars, most_chars, line):
             break
         chosen = probed[-1]
     chars = min(most_chars, chosen.chars_per_s * seconds)
-    reason = describe_choice(chosen, probed, seconds, train_chars, step_chars, most_chars, stopped)
+    reason = describe_choice(chosen, probed, seconds, train_chars, step_chars, most_chars, stopped, line)
     return SizeChoice(chosen.config, tuple(probed), time.perf_counter() - start, chars, reason)
 
 
-def short_of(size: Probed, seconds: float, step_chars: int, most_chars: float = math.inf) -> str:
-    """What ``size`` lacks to be chosen (CHARS_PER_PARAM, MIN_STEPS), said; empty if nothing."""
+def short_of(size: Probed, seconds: float, step_chars: int, most_chars: float = math.inf,
+             line: float = CHARS_PER_PARAM) -> str:
+    """What ``size`` lacks to be chosen (``line`` characters per parameter, MIN_STEPS), said;
+    empty if nothing."""
     chars = min(most_chars, size.chars_per_s * seconds)
-    if chars / params(size.config) < CHARS_PER_PARAM:
-        return f"{chars / params(size.config):.1f} per parameter, below the line of {CHARS_PER_PARAM:g}"
+    if chars / params(size.config) < line:
+        return f"{chars / params(size.config):.1f} per parameter, below the line of {line:.2g}"
     if chars / max(1, step_chars) < MIN_STEPS:
         return f"{chars / max(1, step_chars):,.0f} steps, below the line of {MIN_STEPS:,}"
     return ""
 
 
 def describe_choice(chosen: Probed, probed: list[Probed], seconds: float, train_chars: int, step_chars: int,
-                    most_chars: float = math.inf, stopped: str = "") -> str:
+                    most_chars: float = math.inf, stopped: str = "", line: float = CHARS_PER_PARAM) -> str:
     speeds = ", ".join(f"{p.name} {p.chars_per_s:,.0f}" for p in probed)
     chars = min(most_chars, chosen.chars_per_s * seconds)
     why = (f"{chosen.name} can train on {chars / 1e6:.3g}M characters, {chars / params(chosen.config):.1f} per "
            f"parameter, in {chars / max(1, step_chars):,.0f} steps ({chars / train_chars:.3g} epochs)")
     if probed[-1] is not chosen:
         bigger = probed[probed.index(chosen) + 1]
-        why += f"; {bigger.name} on {short_of(bigger, seconds, step_chars, most_chars)}"
+        why += f"; {bigger.name} on {short_of(bigger, seconds, step_chars, most_chars, line)}"
     elif stopped:
         why += f"; the next size is {stopped}"
     return f"probe (chars/s) {speeds}; {why}"

@@ -19,7 +19,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import board, checkpoint, finetune, memory
-from .autosize import LADDER, choose_size, probe_config, probe_speed, regularisation
+from .autosize import LADDER, bits_per_char, choose_size, probe_config, probe_speed, regularisation, size_line
 from .budget import VAL_SHARE
 from .config import DEFAULT_EPOCHS, TrainConfig
 from .corpus import Corpus
@@ -114,8 +114,7 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
         sizing, chosen = [], ()
     else:
         chosen = chosen_regularisation(text.model, config)
-        model_config, config, sizing = fit_model(text.model, config, feed, text.tokenizer.vocab_size,
-                                                                device, dtype, ranks)
+        model_config, config, sizing = fit_model(text.model, config, feed, text.corpus, device, dtype, ranks)
     # Refuse a model the machine cannot hold before building it, with the figures.
     need = memory.estimate(model_config, *feed.largest_batch())
     ranks.check_on_main(lambda: memory.check_fits(need, device, memory.available_bytes(device)))
@@ -239,19 +238,25 @@ def requested_steps(config: TrainConfig, steps_per_epoch: int) -> int:
     return max(1, round(epochs * steps_per_epoch))
 
 
-def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed | LinesFeed, vocab_size: int,
+def text_ids(corpus: Corpus) -> np.ndarray:
+    """The ids of the text a run trains on (a list's: its items', validation's among them)."""
+    return corpus.train_ids if corpus.train_ids is not None else corpus.train_items.ids
+
+
+def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed | LinesFeed, corpus: Corpus,
               device: torch.device, dtype: torch.dtype | None, ranks: Ranks
               ) -> tuple[ModelConfig, TrainConfig, list[str]]:
     """A new run's model: the size asked for or, with --max-time and none asked for, the
     size chosen for the budget; dropout and weight decay, where not given, as the run's
     epochs call for (chargen.autosize). Rank 0 decides; every rank builds the same. Also
     the start-up lines that say so."""
-    model = replace(asked or ModelConfig(), vocab_size=vocab_size)
+    model = replace(asked or ModelConfig(), vocab_size=corpus.tokenizer.vocab_size)
     if asked is not None and model.dropout is not None and config.weight_decay is not None:
         return model, config, []
     epochs, sizing = 0.0, []
     if ranks.main:
-        model, epochs, sizing = size_for_budget(model, asked is None, config, feed, device, dtype, ranks)
+        model, epochs, sizing = size_for_budget(model, asked is None, config, feed, text_ids(corpus), device,
+                                                dtype, ranks)
     layers, hidden, millis = (ranks.from_main(v, device) for v in (model.layers, model.hidden, round(epochs * 1000)))
     epochs, model = millis / 1000, replace(model, layers=layers, hidden=hidden)
     params = memory.parameter_count(model)
@@ -312,27 +317,32 @@ def same_without_timing(run: PreparedRun) -> str:
 
 
 def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed: StreamFeed | LinesFeed,
-                    device: torch.device, dtype: torch.dtype | None, ranks: Ranks
+                    ids: np.ndarray, device: torch.device, dtype: torch.dtype | None, ranks: Ranks
                     ) -> tuple[ModelConfig, float, list[str]]:
-    """The size (chosen when ``choose``) and the epochs it will see: those planned, or
-    with --max-time, those the probed speed allows in it (if fewer); and the line that
-    says what was chosen."""
+    """The size (chosen when ``choose``, by a line drawn for how predictable the text's
+    ``ids`` are) and the epochs it will see: those planned, or with --max-time, those the
+    probed speed allows in it (if fewer); and the line that says what was chosen."""
     steps = requested_steps(config, feed.steps_per_epoch)
     planned = math.inf if steps >= TIMED_PLAN else steps / feed.steps_per_epoch * feed.epoch_targets
     if config.max_time is None:
         return model, planned / feed.epoch_targets, []
     seconds, (time_steps, batch) = config.max_time * (1 - VAL_SHARE), feed.typical_batch()
+    bits = bits_per_char(ids)
+    line = size_line(bits)
 
     def probe(candidate: ModelConfig) -> float:
-        return probe_speed(probe_config(candidate, feed.epoch_targets), batch, time_steps, device, dtype) * ranks.world
+        timed = probe_config(candidate, feed.epoch_targets, line)
+        return probe_speed(timed, batch, time_steps, device, dtype) * ranks.world
 
     if not choose:
         return model, min(planned, probe(model) * seconds) / feed.epoch_targets, []
     ladder = tuple(size for size in LADDER if config.max_hidden is None or size[1] <= config.max_hidden)
-    choice = choose_size(probe, seconds, feed.epoch_targets, model, time_steps * batch, planned, ladder or LADDER[:1])
-    line = (f"model: {choice.config.layers}x{choice.config.hidden}, chosen for --max-time {config.max_time:g} "
-            f"(--hidden, --layers or --dropout to choose yourself): {choice.reason}")
-    return choice.config, choice.chars / feed.epoch_targets, [line]
+    choice = choose_size(probe, seconds, feed.epoch_targets, model, time_steps * batch, planned, ladder or LADDER[:1],
+                         line)
+    said = (f"model: {choice.config.layers}x{choice.config.hidden}, chosen for --max-time {config.max_time:g} "
+            f"(--hidden, --layers or --dropout to choose yourself): {choice.reason}; the text takes {bits:.2f} bits "
+            f"a character compressed, so a size needs {line:.2g} training characters per parameter")
+    return choice.config, choice.chars / feed.epoch_targets, [said]
 
 
 def param_groups(model: CharLSTM, weight_decay: float) -> list[dict]:

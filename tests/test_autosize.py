@@ -2,10 +2,12 @@
 probe, and regularisation that follows the exposure a run will see (epochs x parameters per character)."""
 
 import json
+import random
 import sys
 import time
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -20,13 +22,18 @@ from chargen.autosize import (
     MAX_DROPOUT,
     MIN_STEPS,
     PARAMS_PER_CHAR,
+    REFERENCE_BITS,
+    SAMPLE_CHARS,
     Regularisation,
+    bits_per_char,
     choose_size,
     params,
     probe_config,
     probe_speed,
     regularisation,
+    size_line,
 )
+from chargen.budget import VAL_SHARE
 from chargen.cli import main
 from chargen.corpus import epoch_steps
 from chargen.model import CharLSTM
@@ -363,3 +370,60 @@ def test_a_timed_run_probes_each_size_as_probe_config_makes_it(texts, tmp_path, 
     assert len(calls) >= 2 and all(c == probe_config(replace(c, dropout=None), text) for c in calls)
     # 1x128 has 0.9 parameters per character of this 93,540 (1.8 at the line), 1x256 3.5 (31)
     assert [(c.hidden, c.dropout) for c in calls] == [(128, 0.0), (256, DROPOUT)], (text, calls)
+
+
+def test_a_predictable_text_takes_fewer_bits_a_character_than_a_varied_one():
+    rng = np.random.default_rng(0)
+    varied = rng.integers(0, 64, 200_000).astype(np.uint8)
+    repeated = np.frombuffer(b"def f(x):\n    return x + 1\n" * 5000, dtype=np.uint8)
+    assert bits_per_char(repeated) < 0.5 < 5.5 < bits_per_char(varied) < 6.5
+    assert bits_per_char(varied.astype(np.uint32) + 300) == pytest.approx(bits_per_char(varied), rel=0.25)
+    assert bits_per_char(np.zeros(0, dtype=np.uint8)) == REFERENCE_BITS
+
+
+def test_a_long_text_is_measured_on_stretches_spread_over_all_of_it():
+    """Only the last tenth of a long text varies: the sample reaches it."""
+    ids = np.zeros(10 * SAMPLE_CHARS, dtype=np.uint8)
+    ids[-SAMPLE_CHARS:] = np.random.default_rng(0).integers(0, 64, SAMPLE_CHARS)
+    assert bits_per_char(ids) > 0.3 > bits_per_char(ids[: 9 * SAMPLE_CHARS])
+
+
+def test_the_size_line_moves_with_the_texts_bits_within_the_range_measured():
+    assert size_line(REFERENCE_BITS) == CHARS_PER_PARAM
+    assert size_line(REFERENCE_BITS * 0.6) == pytest.approx(CHARS_PER_PARAM * 0.6)
+    assert size_line(0.0) == CHARS_PER_PARAM * autosize.LINE_SCALE[0]
+    assert size_line(8.0) == CHARS_PER_PARAM * autosize.LINE_SCALE[1]
+
+
+def test_a_bigger_size_pays_sooner_on_a_predictable_text():
+    """2x512 on 2.0 characters per parameter: below the line drawn on Shakespeare, above
+    the one for Python source (1.44 bits a character; there 2x512 won at 2.2)."""
+    two = replace(BASE, layers=2, hidden=512)
+    work = 2.0 * params(two) ** 2 / 411.0
+    assert choose_size(flops_probe(work), 411.0, 10**7, BASE, 4096).config.layers == 1
+    chosen = choose_size(flops_probe(work), 411.0, 10**7, BASE, 4096, line=size_line(1.44)).config
+    assert (chosen.layers, chosen.hidden) == (2, 512)
+
+
+def test_a_timed_run_draws_the_size_line_for_its_own_text(tmp_path, monkeypatch):
+    """The same machine and budget: 1x256 on 2 characters per parameter is chosen on a
+    predictable text, not on one of random characters; the start-up line says why."""
+    rng = random.Random(0)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 "
+    random_text = "\n".join("".join(rng.choice(letters) for _ in range(60)) for _ in range(1600)) + "\n"
+    chosen = {}
+    for name, text in (("predictable", make_text(3000, seed=1)), ("random", random_text)):
+        (tmp_path / name).write_text(text)
+        corpus = load_corpus(tmp_path / name)
+        seconds = 2.0 * (1 - VAL_SHARE)
+        one = params(replace(BASE, hidden=256, vocab_size=corpus.tokenizer.vocab_size))
+        fake_probe(monkeypatch, 2.0 * one**2 / seconds)
+        lines = []
+        train(corpus, tmp_path / f"run-{name}", None, tiny_train(steps=None, max_time=2.0, sample_chars=0),
+              log=lines.append)
+        chosen[name] = json.loads((tmp_path / f"run-{name}" / "config.json").read_text())["model"]["hidden"]
+        said = next(line for line in lines if line.startswith("model: "))
+        bits = bits_per_char(corpus.train_ids)
+        assert f"the text takes {bits:.2f} bits a character" in said
+        assert f"needs {size_line(bits):.2g} training characters per parameter" in said
+    assert chosen == {"predictable": 256, "random": 128}

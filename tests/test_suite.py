@@ -13,6 +13,7 @@ from benchmarks import (
     locked_dropout,
     schedule_knobs,
     split_dropout,
+    suite_texts,
     tied_weights,
     tiny_gpt,
     weight_average,
@@ -20,7 +21,7 @@ from benchmarks import (
 from benchmarks.common import cpu_name
 from benchmarks.suite import around, cell_rows, command, report
 from benchmarks.suite import main as suite_main
-from benchmarks.suite_texts import gutenberg_body, tidy
+from benchmarks.suite_texts import gutenberg_body, tidy, whole_files
 from benchmarks.weight_drop import dropped_forward
 from benchmarks.weight_drop import main as weight_drop_main
 from chargen import load_corpus
@@ -64,6 +65,12 @@ def test_a_gutenberg_text_loses_its_header_and_licence():
     text = "Title\r\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\r\nBody  \r\n\r\n\r\n\r\nEnd.\r\n" \
            "*** END OF THIS PROJECT GUTENBERG EBOOK X ***\r\nLicence"
     assert tidy(gutenberg_body(text)) == "Body\n\nEnd.\n"
+
+
+def test_a_source_text_is_whole_files_in_path_order_until_it_is_long_enough(monkeypatch):
+    monkeypatch.setattr(suite_texts, "SIZE", 20)
+    files = {"b/z.py": b"x = 2  \r\n", "a/y.py": b"x = 1\n\n\n\nprint(x)\n", "c.py": b"never = 3\n"}
+    assert whole_files(files) == "x = 1\n\nprint(x)\n\nx = 2\n\n"
 
 
 def test_a_tagged_set_of_runs_is_counted_apart_from_the_first():
