@@ -20,7 +20,8 @@ bigger model sooner. The probe stops at the first size below a line, or when the
 take more than ``PROBE_SHARE`` of the budget to time; it is counted in the budget.
 
 Dropout and weight decay follow the run's exposure (``regularisation``): its epochs times
-the model's parameters per character of the text. A run of little exposure never meets a
+the model's parameters per character of the text, the characters counted as the size line
+counts them (a predictable text is memorised sooner). A run of little exposure never meets a
 character often enough to memorise it, and dropout only slows its learning; a big model on
 a small text for many epochs memorises, and dropout is what keeps its validation loss
 falling. Whoever gives ``--dropout`` or ``--weight-decay`` gets that.
@@ -37,7 +38,7 @@ import bz2
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -61,7 +62,8 @@ LINE_SCALE = (0.5, 1.25)
 SAMPLE_CHARS = 900_000  # of the text, compressed to measure it: one bz2 block, in SAMPLE_PIECES
 SAMPLE_PIECES = 8
 # Dropout and weight decay by the run's exposure: its epochs times the model's parameters
-# per character of the text (see ``regularisation``). None below LITTLE_EXPOSURE; there
+# per character of the text, the characters counted by how much they carry (the text's size
+# line against CHARS_PER_PARAM; see ``regularisation``). None below LITTLE_EXPOSURE; there
 # DROPOUT and weight decay WEIGHT_DECAY, and DROPOUT_PER_DOUBLING more dropout for every
 # doubling of the exposure past RISE_EXPOSURE, up to MAX_DROPOUT.
 LITTLE_EXPOSURE = 8.0
@@ -72,7 +74,7 @@ MAX_DROPOUT = 0.4
 WEIGHT_DECAY = 0.01
 # ... and none for a model with fewer training characters per parameter than this in its run
 # (below the size rule's CHARS_PER_PARAM: a size chosen by the rule, refitted a little under
-# it, still needs its dropout).
+# it, still needs its dropout), scaled like the line with the text's bits.
 NO_DROPOUT_CHARS_PER_PARAM = 1.5
 
 
@@ -81,11 +83,13 @@ class Regularisation:
     dropout: float
     weight_decay: float
     note: str = ""  # why none, where the exposure alone would call for some
+    exposure: float = field(default=0.0, compare=False)  # what it was fitted to (see ``regularisation``)
 
 
-def regularisation(epochs: float, params: int, text_chars: int) -> Regularisation:
+def regularisation(epochs: float, params: int, text_chars: int, line: float = CHARS_PER_PARAM) -> Regularisation:
     """Dropout and weight decay for a run that will see ``epochs`` passes over a text of
-    ``text_chars`` characters, with a model of ``params`` parameters.
+    ``text_chars`` characters, with a model of ``params`` parameters, on a text whose size
+    line (``size_line``) is ``line``.
 
     What decides is the exposure, epochs x params / text characters: a model starts to
     memorise its text after a number of epochs that grows with the text it has per
@@ -108,22 +112,30 @@ def regularisation(epochs: float, params: int, text_chars: int) -> Regularisatio
     with 0.28 (before).
     Texts differ at one exposure (prose at 411 s, exposure 50, did best with 0.2: 1.3974
     against 1.4074 with 0.35), and seeds by as much (prose at 3,400 steps with 0.2: 1.4003 and
-    1.4252): a text's own signal is not read here.
+    1.4252).
+
+    A predictable text is memorised sooner: its characters are counted by how much they carry,
+    as the size line counts them (exposure x CHARS_PER_PARAM / ``line``: x1.9 for C++ at 1.22
+    bits a character, x1.6 for Python at 1.44, about x1 for the play, prose and Russian). 1x256
+    for 3,300 steps at an exposure of 6 (under the old count, no dropout): on C++ 1.4618 with
+    0.1 against 1.5474 with none (timed, 137 s); held out, on Python at equal steps, 1.1790
+    against 1.2150; on the play, 1.5630 against 1.5727 (one run each).
 
     None either for a model too big for its run, one that will see fewer than
     NO_DROPOUT_CHARS_PER_PARAM training characters per parameter: it is far from memorising
     anything. 2x512 at 411 s saw 0.7 and 1.2 and lost with dropout 0.1, by 0.039 and 0.024, at
     exposures of 10 and 17; on a faster host it saw 2.4 (exposure 31) and won with 0.3 by 0.083
     (1.4798 against 1.5632; the line was the size rule's 2.5 then, and a refit had crossed it)."""
-    exposure = epochs * params / max(1, text_chars)
+    scale = CHARS_PER_PARAM / line
+    exposure = epochs * params / max(1, text_chars) * scale
     if exposure < LITTLE_EXPOSURE:
-        return Regularisation(0.0, 0.0)
-    seen = epochs * text_chars / max(1, params)
-    if seen < NO_DROPOUT_CHARS_PER_PARAM:
-        return Regularisation(0.0, 0.0, f"none: {seen:.2g} training characters per parameter, below "
-                                        f"{NO_DROPOUT_CHARS_PER_PARAM:g}")
+        return Regularisation(0.0, 0.0, exposure=exposure)
+    seen, least = epochs * text_chars / max(1, params), NO_DROPOUT_CHARS_PER_PARAM / scale
+    if seen < least:
+        return Regularisation(0.0, 0.0, f"none: {seen:.2g} training characters per parameter, below {least:.2g}",
+                              exposure)
     more = DROPOUT_PER_DOUBLING * math.log2(max(1.0, exposure / RISE_EXPOSURE))
-    return Regularisation(round(min(MAX_DROPOUT, DROPOUT + more), 2), WEIGHT_DECAY)
+    return Regularisation(round(min(MAX_DROPOUT, DROPOUT + more), 2), WEIGHT_DECAY, exposure=exposure)
 
 
 def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.device,
@@ -180,6 +192,11 @@ def size_line(bits: float) -> float:
     return CHARS_PER_PARAM * min(high, max(low, bits / REFERENCE_BITS))
 
 
+def counting(bits: float) -> str:
+    """How ``regularisation`` counts the characters of a text of ``bits`` a character, said."""
+    return f"its characters counted x{CHARS_PER_PARAM / size_line(bits):.2g} for {bits:.2f} bits a character"
+
+
 def probe_config(config: ModelConfig, text_chars: int, line: float = CHARS_PER_PARAM) -> ModelConfig:
     """The model the probe times for a size: with dropout (DROPOUT; its cost does not depend
     on the rate) where the rule would give the size some at the size line, so that the probe
@@ -189,12 +206,13 @@ def probe_config(config: ModelConfig, text_chars: int, line: float = CHARS_PER_P
     without promised 2x512 2.5-2.8 training characters per parameter at 411 s on three
     texts, where the runs trained on 1.94-2.34 (``python -m benchmarks.probe_drift``,
     benchmarks/suite.md). At the size line (``line`` characters per parameter) a size sees
-    an exposure of ``line`` x (parameters per character of the text) squared; a
-    dropout given (``config.dropout``) is timed as given."""
+    ``line`` x its parameters per character of the text epochs; a dropout given
+    (``config.dropout``) is timed as given."""
     if config.dropout is not None:
         return config
-    at_line = line * (params(config) / max(1, text_chars)) ** 2
-    return replace(config, dropout=DROPOUT if at_line >= LITTLE_EXPOSURE else 0.0)
+    per_char = params(config) / max(1, text_chars)
+    at_line = regularisation(line * per_char, params(config), text_chars, line)
+    return replace(config, dropout=DROPOUT if at_line.dropout > 0 else 0.0)
 
 
 def synchronize(device: torch.device) -> None:

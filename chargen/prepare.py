@@ -19,7 +19,17 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import board, checkpoint, finetune, memory
-from .autosize import LADDER, bits_per_char, choose_size, probe_config, probe_speed, regularisation, size_line
+from .autosize import (
+    CHARS_PER_PARAM,
+    LADDER,
+    bits_per_char,
+    choose_size,
+    counting,
+    probe_config,
+    probe_speed,
+    regularisation,
+    size_line,
+)
 from .budget import VAL_SHARE
 from .config import DEFAULT_EPOCHS, TrainConfig
 from .corpus import Corpus
@@ -70,6 +80,7 @@ class PreparedRun:
     started: float  # (time.perf_counter) when set-up began: --max-time counts set-up, the size probe with it
     resumed: bool
     chosen: tuple[str, ...] = ()  # "dropout", "weight_decay": chosen for a new timed run, refitted with its plan
+    line: float = CHARS_PER_PARAM  # the text's size line (autosize.size_line), which the refit counts by
 
     @property
     def mode(self) -> Mode:
@@ -111,10 +122,10 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     if saved is not None:
         decay = config.weight_decay if config.weight_decay is not None else saved.train.weight_decay
         model_config, config = text.model, replace(config, weight_decay=0.01 if decay is None else decay)
-        sizing, chosen = [], ()
+        sizing, chosen, line = [], (), CHARS_PER_PARAM
     else:
         chosen = chosen_regularisation(text.model, config)
-        model_config, config, sizing = fit_model(text.model, config, feed, text.corpus, device, dtype, ranks)
+        model_config, config, sizing, line = fit_model(text.model, config, feed, text.corpus, device, dtype, ranks)
     # Refuse a model the machine cannot hold before building it, with the figures.
     need = memory.estimate(model_config, *feed.largest_batch())
     ranks.check_on_main(lambda: memory.check_fits(need, device, memory.available_bytes(device)))
@@ -125,7 +136,8 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     start_or_resume(run_dir, source, force, need.parameters, state, record, text, device, ranks, my_streams, log)
     scaling, schedule = plan_schedule(config, feed, state.progress)
     run = PreparedRun(run_dir, text.corpus, config, model_config, text.tokenizer, text.default_prime, device, dtype,
-                      ranks, feed, model, net, state, my_streams, scaling, schedule, record, started, resume, chosen)
+                      ranks, feed, model, net, state, my_streams, scaling, schedule, record, started, resume, chosen,
+                      line)
     if ranks.main:
         write_record(run_dir, record_now(run))
     if ranks.main:  # (one voice; and only rank 0's machine need hold the folder)
@@ -245,32 +257,32 @@ def text_ids(corpus: Corpus) -> np.ndarray:
 
 def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed | LinesFeed, corpus: Corpus,
               device: torch.device, dtype: torch.dtype | None, ranks: Ranks
-              ) -> tuple[ModelConfig, TrainConfig, list[str]]:
+              ) -> tuple[ModelConfig, TrainConfig, list[str], float]:
     """A new run's model: the size asked for or, with --max-time and none asked for, the
     size chosen for the budget; dropout and weight decay, where not given, as the run's
-    epochs call for (chargen.autosize). Rank 0 decides; every rank builds the same. Also
-    the start-up lines that say so."""
+    epochs call for (chargen.autosize), both by the size line drawn for how predictable the
+    text is. Rank 0 decides; every rank builds the same. Also the start-up lines that say
+    so, and the line."""
     model = replace(asked or ModelConfig(), vocab_size=corpus.tokenizer.vocab_size)
     if asked is not None and model.dropout is not None and config.weight_decay is not None:
-        return model, config, []
-    epochs, sizing = 0.0, []
+        return model, config, [], CHARS_PER_PARAM
+    bits = bits_per_char(text_ids(corpus))  # (the same on every rank: the same ids)
+    line, epochs, sizing = size_line(bits), 0.0, []
     if ranks.main:
-        model, epochs, sizing = size_for_budget(model, asked is None, config, feed, text_ids(corpus), device,
-                                                dtype, ranks)
+        model, epochs, sizing = size_for_budget(model, asked is None, config, feed, bits, device, dtype, ranks)
     layers, hidden, millis = (ranks.from_main(v, device) for v in (model.layers, model.hidden, round(epochs * 1000)))
     epochs, model = millis / 1000, replace(model, layers=layers, hidden=hidden)
     params = memory.parameter_count(model)
-    per_char = params / feed.epoch_targets
-    fitting = regularisation(epochs, params, feed.epoch_targets)
+    fitting = regularisation(epochs, params, feed.epoch_targets, line)
     dropout = fitting.dropout if model.dropout is None else model.dropout
     weight_decay = fitting.weight_decay if config.weight_decay is None else config.weight_decay
     given = [f"--{name}" for name, value in (("dropout", model.dropout), ("weight-decay", config.weight_decay))
              if value is not None]
-    sizing.append(f"regularisation for {epochs:.3g} epochs at {per_char:.2g} parameters per character of "
-                  f"the text (exposure {epochs * per_char:.3g}): dropout {dropout:g}, weight decay "
-                  f"{weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else
-                                         f" ({fitting.note})" if fitting.note else ""))
-    return replace(model, dropout=dropout), replace(config, weight_decay=weight_decay), sizing
+    sizing.append(f"regularisation for {epochs:.3g} epochs at {params / feed.epoch_targets:.2g} parameters per "
+                  f"character of the text (exposure {fitting.exposure:.3g}, {counting(bits)}): dropout {dropout:g}, "
+                  f"weight decay {weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else
+                                                      f" ({fitting.note})" if fitting.note else ""))
+    return replace(model, dropout=dropout), replace(config, weight_decay=weight_decay), sizing, line
 
 
 def chosen_regularisation(asked: ModelConfig | None, config: TrainConfig) -> tuple[str, ...]:
@@ -290,7 +302,7 @@ def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRu
     if not run.chosen:
         return run, ""
     epochs, params = total_steps / run.feed.steps_per_epoch, run.record.parameters
-    fitting = regularisation(epochs, params, run.feed.epoch_targets)
+    fitting = regularisation(epochs, params, run.feed.epoch_targets, run.line)
     dropout = fitting.dropout if "dropout" in run.chosen else run.model_config.dropout
     weight_decay = fitting.weight_decay if "weight_decay" in run.chosen else run.config.weight_decay
     if (dropout, weight_decay) == (run.model_config.dropout, run.config.weight_decay):
@@ -305,7 +317,7 @@ def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRu
     record = replace(run.record, model=model_config, train=config)
     run = replace(run, model_config=model_config, config=config, record=record)
     return run, (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
-                 f"{epochs * params / run.feed.epoch_targets:.3g}): {', '.join(changes)}; {same_without_timing(run)}")
+                 f"{fitting.exposure:.3g}): {', '.join(changes)}; {same_without_timing(run)}")
 
 
 def same_without_timing(run: PreparedRun) -> str:
@@ -317,18 +329,16 @@ def same_without_timing(run: PreparedRun) -> str:
 
 
 def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed: StreamFeed | LinesFeed,
-                    ids: np.ndarray, device: torch.device, dtype: torch.dtype | None, ranks: Ranks
+                    bits: float, device: torch.device, dtype: torch.dtype | None, ranks: Ranks
                     ) -> tuple[ModelConfig, float, list[str]]:
-    """The size (chosen when ``choose``, by a line drawn for how predictable the text's
-    ``ids`` are) and the epochs it will see: those planned, or with --max-time, those the
-    probed speed allows in it (if fewer); and the line that says what was chosen."""
+    """The size (chosen when ``choose``, by a line drawn for how predictable the text is: its
+    ``bits`` a character) and the epochs it will see: those planned, or with --max-time, those
+    the probed speed allows in it (if fewer); and the line that says what was chosen."""
     steps = requested_steps(config, feed.steps_per_epoch)
     planned = math.inf if steps >= TIMED_PLAN else steps / feed.steps_per_epoch * feed.epoch_targets
     if config.max_time is None:
         return model, planned / feed.epoch_targets, []
-    seconds, (time_steps, batch) = config.max_time * (1 - VAL_SHARE), feed.typical_batch()
-    bits = bits_per_char(ids)
-    line = size_line(bits)
+    seconds, (time_steps, batch), line = config.max_time * (1 - VAL_SHARE), feed.typical_batch(), size_line(bits)
 
     def probe(candidate: ModelConfig) -> float:
         timed = probe_config(candidate, feed.epoch_targets, line)

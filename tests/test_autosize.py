@@ -248,20 +248,20 @@ def test_a_timed_run_without_a_model_gets_the_chosen_size(texts, tmp_path, monke
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (saved["model"]["layers"], saved["model"]["hidden"]) == (1, 256) and calls
     chosen = params(replace(BASE, hidden=256, vocab_size=corpus.tokenizer.vocab_size))
-    chars, text = 1.2e12 / chosen * 1.9, len(corpus.train_ids)
-    at_start = regularisation(chars / text, chosen, text)  # (from the probe's speed: 87 epochs, dropout 0.4)
+    chars, text, line = 1.2e12 / chosen * 1.9, len(corpus.train_ids), size_line(bits_per_char(corpus.train_ids))
+    at_start = regularisation(chars / text, chosen, text, line)  # (from the probe's speed: 87 epochs, dropout 0.4)
     assert f"dropout {at_start.dropout:g}" in next(line for line in lines if line.startswith("regularisation for"))
-    expected = plan_regularisation(lines, chosen, text, tiny_train())  # (this machine trains far fewer)
+    expected = plan_regularisation(lines, chosen, text, tiny_train(), line)  # (this machine trains far fewer)
     assert saved["model"]["dropout"] == expected.dropout and saved["train"]["weight_decay"] == expected.weight_decay
     assert any(line.startswith("model: 1x256, chosen for --max-time 2") for line in lines)
     assert result.model.config.hidden == 256
 
 
-def plan_regularisation(lines: list[str], size: int, text: int, config) -> Regularisation:
+def plan_regularisation(lines: list[str], size: int, text: int, config, line: float) -> Regularisation:
     """The regularisation for the plan the run's log says it was refitted to."""
     refit = next(line for line in lines if line.startswith("regularisation refitted to the plan of"))
     planned = int(refit.split("plan of ")[1].split(" steps")[0].replace(",", ""))
-    return regularisation(planned / epoch_steps(text, config.batch_size, config.bptt), size, text)
+    return regularisation(planned / epoch_steps(text, config.batch_size, config.bptt), size, text, line)
 
 
 def test_the_regularisation_follows_the_plan_not_the_probe(tmp_path, monkeypatch):
@@ -278,8 +278,8 @@ def test_the_regularisation_follows_the_plan_not_the_probe(tmp_path, monkeypatch
     model = ModelConfig(hidden=24, layers=2, embedding=8)  # (dropout left to chargen)
     result = train(corpus, tmp_path / "run", model, config, log=lines.append)
     assert "dropout 0, weight decay 0" in next(line for line in lines if line.startswith("regularisation for"))
-    size, text = result.model.num_parameters(), len(corpus.train_ids)
-    expected = plan_regularisation(lines, size, text, config)
+    size, text, line = result.model.num_parameters(), len(corpus.train_ids), size_line(bits_per_char(corpus.train_ids))
+    expected = plan_regularisation(lines, size, text, config, line)
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model"]["dropout"] == expected.dropout > 0 and saved["train"]["weight_decay"] == expected.weight_decay
     assert any(f"dropout {expected.dropout:g} (was 0)" in line for line in lines)
@@ -290,7 +290,7 @@ def test_the_regularisation_follows_the_plan_not_the_probe(tmp_path, monkeypatch
     assert given.model.drop.p == 0.05 and not any("dropout" in line for line in refits)
     saved = json.loads((tmp_path / "given" / "config.json").read_text())
     assert saved["model"]["dropout"] == 0.05
-    assert saved["train"]["weight_decay"] == plan_regularisation(lines, size, text, config).weight_decay > 0
+    assert saved["train"]["weight_decay"] == plan_regularisation(lines, size, text, config, line).weight_decay > 0
 
 
 def test_explicit_settings_always_win(texts, tmp_path, monkeypatch):
@@ -427,3 +427,40 @@ def test_a_timed_run_draws_the_size_line_for_its_own_text(tmp_path, monkeypatch)
         assert f"the text takes {bits:.2f} bits a character" in said
         assert f"needs {size_line(bits):.2g} training characters per parameter" in said
     assert chosen == {"predictable": 256, "random": 128}
+
+
+def test_a_predictable_text_is_counted_as_more_exposure():
+    """1x256 for 3,300 steps on 0.9M characters (exposure 6): on Python (1.44 bits a
+    character) dropout 0.1 scored 1.1790 against 1.2150 with none, on C++ (1.22) 1.4618
+    against 1.5474; on the play (2.32) 1.5630 against 1.5727. Counted by the text's bits, the
+    code texts get their dropout; the play, at the reference, is counted as before. The floor
+    under which a model trains without dropout is scaled with the line."""
+    params, text, epochs = 363_112, 902_723, 14.9
+    assert regularisation(epochs, params, text).dropout == 0
+    python, play = regularisation(epochs, params, text, size_line(1.44)), regularisation(epochs, params, text,
+                                                                                        size_line(2.32))
+    assert python.dropout == DROPOUT and python.exposure == pytest.approx(6.0 * 2.3 / 1.44, rel=0.01)
+    assert play.dropout == 0 and play.exposure == pytest.approx(6.0 * 2.3 / 2.32, rel=0.01)
+    two = 3_324_805  # 2x512 on 1.3 training characters per parameter: none on the play's line, some on C++'s
+    seen = 1.3 * two / text
+    assert regularisation(seen, two, text).dropout == 0 < regularisation(seen, two, text, size_line(1.22)).dropout
+
+
+def test_an_untimed_run_on_a_predictable_text_gets_the_dropout_its_bits_call_for(tmp_path):
+    """The same model, epochs and length of text (an exposure of about 6): a predictable
+    text is given dropout, one of random characters (counted as x0.8, the most the range
+    allows) is not; the start-up line says how the characters were counted."""
+    rng = random.Random(0)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 "
+    random_text = "\n".join("".join(rng.choice(letters) for _ in range(60)) for _ in range(1600)) + "\n"
+    model, dropouts = ModelConfig(hidden=128, layers=1), {}
+    for name, text in (("predictable", make_text(3000, seed=1)[: len(random_text)]), ("random", random_text)):
+        (tmp_path / name).write_text(text)
+        corpus, lines = load_corpus(tmp_path / name), []
+        from chargen.prepare import prepare_run
+
+        run = prepare_run(corpus, tmp_path / f"run-{name}", model, tiny_train(steps=None, epochs=6.0), log=lines.append)
+        said = next(line for line in lines if line.startswith("regularisation for"))
+        assert f"for {bits_per_char(corpus.train_ids):.2f} bits a character" in said, said
+        dropouts[name] = run.model_config.dropout
+    assert dropouts["predictable"] > 0 == dropouts["random"], dropouts
