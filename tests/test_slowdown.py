@@ -6,11 +6,12 @@ fault seams (``faults.Faults.slow``), so these tests do not depend on this one's
 
 import json
 import time
-from dataclasses import replace
 
 import pytest
 
-from chargen import faults, load_corpus, train
+from benchmarks import slowdown
+from benchmarks.slowdown import BUDGET, Case
+from chargen import load_corpus
 from chargen.budget import (
     FINAL_MARGIN,
     MIN_SAMPLE,
@@ -21,50 +22,8 @@ from chargen.budget import (
     final_reserve,
     final_validation,
 )
-from chargen.feeds import StreamFeed
-from chargen.model import CharLSTM
 from chargen.trainer_state import Progress
 from conftest import make_text, tiny_model, tiny_train
-
-BUDGET = 8.0
-
-
-class SlowMachine:
-    """The slow fault: from ``after`` seconds on, every step and validation takes ``factor``
-    times as long; validations take ``validation`` times as long throughout (so that
-    scoring the validation text is a known share of the budget, on any machine).
-
-    The extra time is spent busy, not asleep: a sleep between steps lets the cores' caches
-    and threads go cold, and the step after it ran 1.4 times as long (1.9 ms, then 2.65,
-    this tiny model on a 2-core Xeon), so a factor of 2 slowed steps 2.8 times and
-    validations (one long call) 2 times. A run that scales a validation's cost with its
-    steps then thought the whole text too dear for the time left, and scored a sample
-    (most tries in CI's AVX2 pass, 2026-12-05)."""
-
-    def __init__(self, after: float, factor: float, validation: float = 1.0) -> None:
-        self.start, self.after, self.factor, self.validation = time.perf_counter(), after, factor, validation
-
-    def __call__(self, what: str, seconds: float) -> None:
-        late = time.perf_counter() - self.start >= self.after
-        times = (self.factor if late else 1.0) * (self.validation if what == "validation" else 1.0)
-        until = time.perf_counter() + seconds * (times - 1)
-        while time.perf_counter() < until:
-            pass
-
-
-def scoring_seconds(corpus, model_config) -> float:
-    """What scoring the whole validation text takes here: the fastest of three after a first
-    that pays for allocation. (One timing caught the host slow in CI on 2026-12-05: the fault
-    then made validation too cheap, and the final validation fitted whole.)"""
-    feed = StreamFeed(corpus.train_ids, corpus.val_ids, 4, 16, False, "cpu")
-    model = CharLSTM(replace(model_config, vocab_size=corpus.tokenizer.vocab_size))
-    feed.evaluate(model)
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        feed.evaluate(model)
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def on_time(wall: float) -> bool:
@@ -80,7 +39,7 @@ def timed_run(tmp_path, n_lines: int, val_fraction: float, share: float, factor:
     with ``whole_final``, where the first scored its final validation on a sample (a pause while
     the slower validations were timed would make the whole text look too dear to fit), where a
     final validation planned at the old cost never fits. (Samples in most tries of CI's AVX2
-    pass on 2026-12-05 came from the fault itself: see SlowMachine.)"""
+    pass on 2026-12-05 came from the fault itself: see benchmarks.slowdown.SlowMachine.)"""
     first = timed_try(tmp_path / "first", n_lines, val_fraction, share, factor)
     if on_time(first[2]) and (final_is_whole(first[0]) or not whole_final):
         return first
@@ -92,20 +51,12 @@ def final_is_whole(result) -> bool:
     return final["step"] == result.step and final["whole"]
 
 
-def timed_try(tmp_path, n_lines: int, val_fraction: float, share: float, factor: float):
-    tmp_path.mkdir()
-    text = tmp_path / "text.txt"
-    text.write_text(make_text(n_lines, seed=3))
-    corpus, model = load_corpus(text, val_fraction=val_fraction), tiny_model(hidden=64)
-    validation = max(1.0, share * BUDGET / scoring_seconds(corpus, model))
-    import torch._dynamo  # noqa: F401  (imported by train before its clock starts: not in the wall time either)
-    lines = []
-    with faults.injected(faults.Faults(slow=SlowMachine(BUDGET / 2, factor, validation))):
-        start = time.perf_counter()
-        result = train(corpus, tmp_path / "run", model,
-                       tiny_train(steps=None, max_time=BUDGET, eval_every=50, sample_chars=0), log=lines.append)
-        wall = time.perf_counter() - start
-    return result, lines, wall, tmp_path
+def timed_try(folder, n_lines: int, val_fraction: float, share: float, factor: float):
+    """benchmarks.slowdown's try, on the tests' own text and tiny model (hidden 64)."""
+    result, lines, wall = slowdown.timed_try(folder, make_text(n_lines, seed=3), Case(0, val_fraction, share, factor),
+                                             tiny_model(hidden=64), tiny_train(steps=None, max_time=BUDGET,
+                                                                               eval_every=50, sample_chars=0))
+    return result, lines, wall, folder
 
 
 def step_millis(lines: list[str]) -> list[float]:
