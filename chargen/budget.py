@@ -14,7 +14,8 @@ like with like), and if even the smallest useful sample is too dear, validations
 out. The last validation, whose figure the run reports and whose weights are kept as the
 best, scores the whole text when that fits in the time left (and in VAL_SHARE of the budget,
 as planned); else the largest sample that fits, said so, and then it does not compete for
-the best weights (the whole text's figures and a sample's do not compare).
+the best weights (the whole text's figures and a sample's do not compare; the run's own
+sample's figures compare with each other: chargen.best_on_sample).
 
 Machines slow down under a run (other work on the same cores): the plan is refitted to the
 speed of the latest steps, not the invocation's mean, and a validation's measured cost is
@@ -254,11 +255,15 @@ class TimeBudget:
     def seconds_left(self) -> float:
         return self.max_time - (time.perf_counter() - self.start)
 
-    def final_reserve(self, whole: int, cost: ValidationCost) -> float:
+    def final_reserve(self, whole: int, cost: ValidationCost, rescore: bool = False) -> float:
         """Seconds to keep for the final validation (``final_reserve``): what is left of
-        VAL_SHARE of the budget, or at most FINAL_MOST_SHARE of it for the smallest sample."""
-        return final_reserve(VAL_SHARE * self.max_time - self.val_seconds, whole, cost,
-                             FINAL_MOST_SHARE * self.max_time)
+        VAL_SHARE of the budget, or at most FINAL_MOST_SHARE of it for the smallest sample.
+        With ``rescore``, a whole text's more where both fit in what is left of the share: the
+        best weights on the validation sample scored whole too (chargen.best_on_sample)."""
+        left = VAL_SHARE * self.max_time - self.val_seconds
+        reserve = final_reserve(left, whole, cost, FINAL_MOST_SHARE * self.max_time)
+        again = FINAL_MARGIN * cost.seconds(whole)
+        return reserve + again if rescore and reserve + again <= left else reserve
 
     def validation_allowance(self) -> float:
         """Seconds validation may still take in this invocation, with a margin."""

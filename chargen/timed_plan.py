@@ -37,6 +37,7 @@ class TimedPlan:
                  samples: Callable[[], object] | None) -> None:
         self.run, self.budget, self.clock, self.bar, self.log = run, budget, clock, bar, log
         self.score, self.samples = score, samples
+        self.rescore = False  # whether to keep time for the best weights on the sample, scored whole
 
     def fit(self) -> float:
         """Refit the plan, and the validations within it, to what is left of --max-time, at
@@ -48,7 +49,7 @@ class TimedPlan:
         budget = self.budget
         probed = self.time_validation() if budget.cost is None else 0.0
         step_seconds, cost = budget.step_seconds(progress), budget.validation_cost(progress)
-        final_seconds = budget.final_reserve(whole, cost)
+        final_seconds = budget.final_reserve(whole, cost, self.rescore)
         total, plan = progress.total_steps, self.clock.plan
         for _ in range(2):  # the validations depend on the steps left, and the steps on them
             plan = plan_validation(budget.validation_allowance(), max(0, total - progress.step), config.eval_every,

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import board, checkpoint, faults
+from .best_on_sample import BestOnSample
 from .budget import NONE_FITS, TimeBudget, ValidationClock, ValidationCost
 from .checks import MAX_SEED
 from .config import TrainConfig
@@ -126,7 +127,7 @@ class Trainer:
         self.budget = TimeBudget(config.max_time, progress, spent=time.perf_counter() - run.started,
                                  first_fit=min(TimeBudget.FIRST_FIT, config.eval_every), early_fit=not run.ranks.active)
         self.clock = ValidationClock.starting(progress.step, config.eval_every)  # (refitted with the plan)
-        self.window = LogWindow(run.device)
+        self.window, self.best_on_sample = LogWindow(run.device), BestOnSample()
         shown_total = planned_steps(progress)
         self.bar = tqdm(total=shown_total, initial=progress.step, unit="step", dynamic_ncols=True,
                         disable=not (progress_bar and main), file=sys.stderr,
@@ -262,6 +263,7 @@ class Trainer:
             if (sample := self.timed.final_sample()) != NONE_FITS:
                 self.validate(sample)
             saved_at = -1  # (the summary in config.json follows)
+        saved_at = -1 if rescore_best_on_sample(self) else saved_at
         if saved_at != progress.step:
             self.save()
         best = self.figures()
@@ -332,6 +334,8 @@ class Trainer:
         if whole:
             self.clock.whole_at = progress.step
             progress.since_best = 0 if is_best else progress.since_best + 1
+        elif sample == self.clock.plan.sample:  # (the run's own sample, not a final one sized to the time)
+            self.timed.rescore = self.best_on_sample.seen(val_loss, progress.step, self.run.model)
         if is_best:
             progress.best_val_loss, progress.best_step = val_loss, progress.step
             if self.run.ranks.main:
@@ -406,3 +410,35 @@ class Trainer:
         self.bar.refresh()
         self.run.model.train()
 
+
+def rescore_best_on_sample(trainer: Trainer) -> bool:
+    """Where the run validated on a sample and that curve turned up before the end, the
+    weights of its best scored on the whole text too, after the last weights' final
+    validation, where it was whole and the time is left: kept as the best if they do
+    better (chargen.best_on_sample). Whether they were scored."""
+    best, run, budget = trainer.best_on_sample, trainer.run, trainer.budget
+    progress = run.state.progress
+    cost = budget.validation_cost(progress) if run.config.max_time is not None else None
+    due = (best.turned_up and best.step < progress.step == trainer.clock.whole_at
+           and (cost is None or cost.seconds(run.feed.val_targets) <= budget.seconds_left()))
+    if not run.ranks.from_main(int(due), run.device):  # (every rank scores, or none)
+        return False
+    start = time.perf_counter()
+    with best.loaded(run.model):
+        val_loss, scored = trainer.score(None)
+    run.model.train()
+    is_best = math.isfinite(val_loss) and (progress.best_val_loss is None or val_loss < progress.best_val_loss)
+    if is_best:
+        progress.best_val_loss, progress.best_step = val_loss, best.step
+        if run.ranks.main:
+            save_tensors(run.run_dir / checkpoint.BEST, best.weights, {"step": best.step})
+    # (an event of its own: a validation curve by step would show older weights at the last step)
+    trainer.record({"event": "best_on_sample", "val_loss": val_loss, "val_bpc": bpc(val_loss), "best": is_best,
+                    "chars": scored, "weights_step": best.step, "sample_loss": best.loss})
+    trainer.log(f"the weights of step {best.step:,}, the best on the validation sample ({best.loss:.4f} there, "
+                f"{best.last_loss:.4f} at the last), score val loss {val_loss:.4f} on the whole text"
+                f"{'  (best)' if is_best else ''}")
+    spent = time.perf_counter() - start
+    progress.val_seconds += spent
+    budget.val_seconds += spent
+    return True
