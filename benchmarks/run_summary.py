@@ -63,10 +63,15 @@ def main() -> None:
             part = "" if e.get("whole", True) else f" (on {e['chars']:,} chars)"  # a sample, during a timed run
             print(f"| {e['step']} | {e['epoch']:.2f} | {e['elapsed']:.0f} | {train_loss} | "
                   f"{e['val_loss']:.4f}{part} | {e['val_bpc']:.4f} |")
+        elif e["event"] == "best_on_sample":
+            print(f"| {e['step']} | {e['epoch']:.2f} | | | {e['val_loss']:.4f} (the weights of step "
+                  f"{e['weights_step']:,}) | {e['val_bpc']:.4f} |")
     speeds = sorted(e["chars_per_s"] for e in train_events[1:])
     if speeds:
         print(f"\nmedian training speed: {speeds[len(speeds) // 2]:,} chars/s")
-    best = min((e["val_loss"] for e in events if e["event"] == "val" and e.get("whole", True)), default=None)
+    # (the best sample's weights scored whole at the end of a timed run count too: chargen.best_on_sample)
+    best = min((e["val_loss"] for e in events if e["event"] == "val" and e.get("whole", True)
+                or e["event"] == "best_on_sample"), default=None)
     if best is not None:
         print(f"best validation loss (whole text): {best:.4f} nats/char ({best / math.log(2):.4f} bpc)")
     if args.plot:
