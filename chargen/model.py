@@ -271,6 +271,12 @@ def _cell(gates: torch.Tensor, c: torch.Tensor, n: int, whole: bool) -> tuple[to
     return o * torch.tanh(cell), cell
 
 
+def zero_streams(state: State, streams: torch.Tensor) -> State:
+    """``state`` with the streams where ``streams`` (a (batch,) bool) is true set to zero."""
+    keep = (~streams).to(state[0].dtype).view(1, -1, 1)
+    return state[0] * keep, state[1] * keep
+
+
 def detach_state(state: State) -> State:
     """Cut the graph at a chunk boundary but keep the values: truncated BPTT."""
     return state[0].detach(), state[1].detach()

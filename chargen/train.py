@@ -147,8 +147,7 @@ class Trainer:
             while progress.step < progress.total_steps and not policy.asked:
                 # the batch, and its learning rate
                 batch = feed.next(progress, self.run.state.rng)
-                if batch.new_epoch or not feed.carries_state:  # an epoch (or an item) starts from zero
-                    self.run.state.carry = None
+                self.run.state.carry = batch.starting_state(self.run.state.carry)
                 lr = self.set_lr(batch)
                 # forward; on one CPU process the check costs nothing, so a bad step is caught
                 # before it is taken; on a GPU (no per-step sync) and across ranks, at the next log

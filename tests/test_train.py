@@ -41,7 +41,8 @@ def test_resume_is_exact(tmp_path, corpus_file, precision, variable_bptt):
     lrs = [[e["lr"] for e in history if e["event"] == "train"]
            for history in (straight.history, first.history + second.history)]
     assert lrs[0] == lrs[1] and len(lrs[0]) == 12
-    assert lrs[0][:3] == sorted(lrs[0][:3]) and max(lrs[0]) == lrs[0][3]  # warmup peaks at step 8
+    if not variable_bptt:  # (a variable chunk's step is scaled by its length: the draws would decide)
+        assert lrs[0][:3] == sorted(lrs[0][:3]) and max(lrs[0]) == lrs[0][3]  # warmup peaks at step 8
 
 
 def test_epochs_wrap_and_reset_state(tmp_path, corpus_file):
