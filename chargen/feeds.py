@@ -21,7 +21,6 @@ from .distributed import SINGLE, Ranks
 from .errors import ChargenError
 from .evaluate import evaluate_items, evaluate_streams
 from .lines import LineItems, epoch_batches, epoch_length, padded_share
-from .model import State, zero_streams
 
 # Each training stream's state is reset now and then at a random place (once in about this
 # many characters), so that the model learns to start from a zero state anywhere in a text,
@@ -46,13 +45,6 @@ class Batch:
     # gradients), is the global batch's mean loss.
     rank_share: float = 1.0
     fresh: torch.Tensor | None = None  # (batch,) bool: streams whose state is reset before it
-
-    def starting_state(self, carry: State | None) -> State | None:
-        """The state the batch starts from: none at an epoch's start (and for items, which
-        carry none), else the carried one with the fresh streams' state zeroed."""
-        if self.new_epoch or carry is None or self.fresh is None:
-            return None if self.new_epoch else carry
-        return zero_streams(carry, self.fresh)
 
 
 class StreamFeed:

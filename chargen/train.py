@@ -30,7 +30,7 @@ from .errors import ChargenError
 from .evaluate import bpc
 from .feeds import Batch
 from .lines import IGNORE
-from .model import CharLSTM, ModelConfig, detach_state
+from .model import CharLSTM, ModelConfig, State, detach_state, zero_streams
 from .modes import StopReason
 from .prepare import PreparedRun, planned_steps, prepare_run, record_now
 from .record import write_record
@@ -147,7 +147,7 @@ class Trainer:
             while progress.step < progress.total_steps and not policy.asked:
                 # the batch, and its learning rate
                 batch = feed.next(progress, self.run.state.rng)
-                self.run.state.carry = batch.starting_state(self.run.state.carry)
+                self.run.state.carry = starting_state(batch, self.run.state.carry)
                 lr = self.set_lr(batch)
                 # forward; on one CPU process the check costs nothing, so a bad step is caught
                 # before it is taken; on a GPU (no per-step sync) and across ranks, at the next log
@@ -329,17 +329,12 @@ class Trainer:
         if not math.isfinite(val_loss):
             return val_loss  # the caller goes back to the last checkpoint; nothing is saved
         progress.last_val_loss, whole = val_loss, sample is None
-        is_best = whole and (progress.best_val_loss is None or val_loss < progress.best_val_loss)
+        is_best = whole and keep_if_best(self.run, val_loss, progress.step, self.run.model.state_dict())
         if whole:
             self.clock.whole_at = progress.step
             progress.since_best = 0 if is_best else progress.since_best + 1
         elif sample == self.clock.plan.sample:  # (the run's own sample, not a final one sized to the time)
             self.timed.rescore = self.best_on_sample.seen(val_loss, progress.step, self.run.model)
-        if is_best:
-            progress.best_val_loss, progress.best_step = val_loss, progress.step
-            if self.run.ranks.main:
-                save_tensors(self.run.run_dir / checkpoint.BEST, self.run.model.state_dict(),
-                                        {"step": progress.step})
         self.record({"event": "val", "val_loss": val_loss, "val_bpc": bpc(val_loss), "best": is_best,
                      "whole": whole, "chars": scored, "elapsed": round(progress.train_seconds, 2)})
         part = "" if whole else f" on {scored:,} of its {self.run.feed.val_targets:,} chars"
@@ -348,9 +343,7 @@ class Trainer:
         if self.run.config.sample_chars and self.run.ranks.main:
             self.show_samples()
         self.run.model.train()
-        spent = time.perf_counter() - start
-        progress.val_seconds += spent
-        self.budget.val_seconds += spent
+        count_validation(self, start)
         return val_loss
 
     def draw_samples(self) -> list[str]:
@@ -410,6 +403,14 @@ class Trainer:
         self.run.model.train()
 
 
+def starting_state(batch: Batch, carry: State | None) -> State | None:
+    """The state a batch starts from: none at an epoch's start (and for items, which carry
+    none), else the carried one with the state of the streams the feed resets zeroed."""
+    if batch.new_epoch or carry is None or batch.fresh is None:
+        return None if batch.new_epoch else carry
+    return zero_streams(carry, batch.fresh)
+
+
 def rescore_best_on_sample(trainer: Trainer) -> bool:
     """Where the run validated on a sample and that curve turned up before the end, the
     weights of its best scored on the whole text too, after the last weights' final
@@ -426,18 +427,31 @@ def rescore_best_on_sample(trainer: Trainer) -> bool:
     with best.loaded(run.model):
         val_loss, scored = trainer.score(None)
     run.model.train()
-    is_best = math.isfinite(val_loss) and (progress.best_val_loss is None or val_loss < progress.best_val_loss)
-    if is_best:
-        progress.best_val_loss, progress.best_step = val_loss, best.step
-        if run.ranks.main:
-            save_tensors(run.run_dir / checkpoint.BEST, best.weights, {"step": best.step})
+    is_best = math.isfinite(val_loss) and keep_if_best(run, val_loss, best.step, best.weights)
     # (an event of its own: a validation curve by step would show older weights at the last step)
     trainer.record({"event": "best_on_sample", "val_loss": val_loss, "val_bpc": bpc(val_loss), "best": is_best,
                     "chars": scored, "weights_step": best.step, "sample_loss": best.loss})
     trainer.log(f"the weights of step {best.step:,}, the best on the validation sample ({best.loss:.4f} there, "
                 f"{best.last_loss:.4f} at the last), score val loss {val_loss:.4f} on the whole text"
                 f"{'  (best)' if is_best else ''}")
-    spent = time.perf_counter() - start
-    progress.val_seconds += spent
-    budget.val_seconds += spent
+    count_validation(trainer, start)
     return True
+
+
+def keep_if_best(run: PreparedRun, val_loss: float, step: int, weights: dict[str, torch.Tensor]) -> bool:
+    """Whether a whole-text figure beats the run's best: if so it is the best now, with its
+    step, and the weights that scored it are ``best.safetensors`` (written by rank 0)."""
+    progress = run.state.progress
+    if progress.best_val_loss is not None and val_loss >= progress.best_val_loss:
+        return False
+    progress.best_val_loss, progress.best_step = val_loss, step
+    if run.ranks.main:
+        save_tensors(run.run_dir / checkpoint.BEST, weights, {"step": step})
+    return True
+
+
+def count_validation(trainer: Trainer, start: float) -> None:
+    """The time since ``start`` (a ``perf_counter``) counted as validation's."""
+    spent = time.perf_counter() - start
+    trainer.run.state.progress.val_seconds += spent
+    trainer.budget.val_seconds += spent

@@ -5,10 +5,15 @@ import numpy as np
 import pytest
 import torch
 
+import chargen
+from benchmarks.cold_starts import cold_starts, stream_losses
 from chargen import feeds, load_corpus, train
+from chargen.corpus import eval_streams
 from chargen.distributed import SINGLE, Ranks
+from chargen.evaluate import evaluate_streams
 from chargen.feeds import RESET_CHARS, Batch, StreamFeed
 from chargen.model import CharLSTM
+from chargen.train import starting_state
 from chargen.trainer_state import Progress
 from conftest import tiny_model, tiny_train
 
@@ -46,12 +51,12 @@ def test_a_batch_starts_from_the_carried_state_with_its_fresh_streams_zeroed():
     h, c = torch.randn(2, 4, 3), torch.randn(2, 4, 3)
     fresh = torch.tensor([False, True, False, True])
     x = torch.zeros(5, 4, dtype=torch.long)
-    start = Batch(x, x, 20, 1.0, False, fresh=fresh).starting_state((h, c))
+    start = starting_state(Batch(x, x, 20, 1.0, False, fresh=fresh), (h, c))
     for before, after in zip((h, c), start, strict=True):
         assert torch.equal(after[:, fresh], torch.zeros(2, 2, 3))
         assert torch.equal(after[:, ~fresh], before[:, ~fresh])
-    assert Batch(x, x, 20, 1.0, True, fresh=fresh).starting_state((h, c)) is None  # an epoch starts
-    assert Batch(x, x, 20, 1.0, False).starting_state((h, c)) == (h, c)
+    assert starting_state(Batch(x, x, 20, 1.0, True, fresh=fresh), (h, c)) is None  # an epoch starts
+    assert starting_state(Batch(x, x, 20, 1.0, False), (h, c)) == (h, c)
 
 
 def test_training_zeroes_the_state_of_the_fresh_streams(tmp_path, corpus_file, monkeypatch):
@@ -81,3 +86,16 @@ def test_training_zeroes_the_state_of_the_fresh_streams(tmp_path, corpus_file, m
             assert torch.count_nonzero(h[:, ~fresh]) == h[:, ~fresh].numel()
             checked += 1
     assert checked >= 5
+
+
+def test_the_cold_start_benchmark_scores_as_chargen_validates(trained_run, corpus_file):
+    """benchmarks.cold_starts's losses are chargen's own: its validation streams' mean is
+    ``evaluate_streams``'s figure; a model scored against itself derails nowhere."""
+    trained = chargen.load(trained_run)
+    ids = np.asarray(trained.tokenizer.encode(corpus_file.read_text(encoding="utf-8")[-20_000:]), dtype=np.int64)
+    streams = eval_streams(ids)
+    assert stream_losses(trained.model, streams.data.long()).mean().item() == pytest.approx(
+        evaluate_streams(trained.model, streams), rel=1e-5)
+    carried = stream_losses(trained.model, torch.from_numpy(ids).view(1, -1))[0]
+    found = cold_starts(trained.model, ids, carried)
+    assert found["derailed"] == 0 and found["cold_first_32"] > found["cold_late"] > 0
