@@ -111,7 +111,12 @@ class StreamFeed:
         same draws: one seed) and takes its own block."""
         fresh = rng.random(self.batch_size) < chars / (chars + RESET_CHARS)
         fresh = fresh[self.ranks.block(self.batch_size)]
-        return torch.from_numpy(fresh).to(self.streams.data.device) if fresh.any() else None
+        if not fresh.any():
+            return None
+        mask, device = torch.from_numpy(fresh), self.streams.data.device
+        if device.type == "cuda":  # (pinned and asynchronous: the loop makes no per-step sync on a GPU)
+            return mask.pin_memory().to(device, non_blocking=True)
+        return mask
 
     def epoch_fraction(self, position: int) -> float:
         return position / max(1, self.streams.length - 1)
