@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 import chargen
 from benchmarks.common import command_line
-from chargen.corpus import eval_streams
+from chargen.corpus import Streams, eval_streams
 
 STARTS, SPAN, TAIL = 400, 512, 256  # random starts, the characters scored from each, the last scored
 CARRIED_CHARS = 1_000_000  # the one carried stream scores at most this much of the text
@@ -36,11 +36,9 @@ def stream_losses(model: torch.nn.Module, data: torch.Tensor, chunk: int = 256) 
     """Each target's loss, (streams, length - 1), for ``data`` (streams, length) read from a
     zero state, the state carried across chunks."""
     model.eval()
-    losses, state = [], None
-    for start in range(0, data.shape[1] - 1, chunk):
-        x = data[:, start : start + chunk].t().contiguous()
-        y = data[:, start + 1 : start + chunk + 1].t().contiguous()
-        x = x[: y.shape[0]]
+    streams, losses, state = Streams(data), [], None
+    for position in range(0, streams.length - 1, chunk):
+        x, y = streams.chunk(position, chunk)
         logits, state = model(x, state)
         losses.append(F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view(y.shape).t())
     return torch.cat(losses, dim=1)

@@ -406,9 +406,9 @@ class Trainer:
 def starting_state(batch: Batch, carry: State | None) -> State | None:
     """The state a batch starts from: none at an epoch's start (and for items, which carry
     none), else the carried one with the state of the streams the feed resets zeroed."""
-    if batch.new_epoch or carry is None or batch.fresh is None:
-        return None if batch.new_epoch else carry
-    return zero_streams(carry, batch.fresh)
+    if batch.new_epoch:
+        return None
+    return carry if carry is None or batch.fresh is None else zero_streams(carry, batch.fresh)
 
 
 def rescore_best_on_sample(trainer: Trainer) -> bool:
