@@ -118,7 +118,7 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     until an exposure of RISE_AGAIN_EXPOSURE and then rises again: on a short text (Alice
     alone, 134,000 characters) at 411 s, 2x512 at an exposure of about 1,500 scored 1.3482,
     1.3351, 1.3166 and 1.3628 with 0.4, 0.5, 0.6 and 0.7 (0.7 still falling at the end), and
-    1x512 at 1,600 1.3702 with 0.4 and 1.3596 with 0.6. Not fitted on,
+    1x512 at 1,600 1.3702, 1.3596 and 1.4329 with 0.4, 0.6 and 0.8. Not fitted on,
     Python at 50 (1x512 for 8,000 steps): 1.0919 with 0.36, 1.0961 with 0.3 (the rule's 0.31
     now), 1.1181 with 0.2; 2x512 on the play at 1,700 steps (29): 1.4916 with 0.22 (now), 1.4950
     with 0.28 (before).
