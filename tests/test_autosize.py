@@ -182,7 +182,7 @@ def test_the_many_epoch_regime_gets_the_dropout_measured_there():
     assert 0.1 <= regularisation(18.8, 1_233_366, 740_332).dropout <= 0.25  # prose, 3,400 steps (exposure 31)
     assert 0.1 <= regularisation(13.74, 1_278_949, 951_799).dropout <= 0.2  # Russian, 3,200 steps (exposure 18.5)
     assert 0.3 <= regularisation(36.3, 1_241_444, 902_731).dropout <= 0.36  # Python, 8,000 steps (exposure 50)
-    assert regularisation(131, 110_136, 32_502, size_line(3.28)).dropout == 0.4  # 1x128 on the names list
+    assert 0.4 <= regularisation(131, 110_136, 32_502, size_line(3.28)).dropout <= 0.5  # 1x128, the names
     assert regularisation(38.4, 3_324_805, 899_988).dropout == 0.4  # 2x512 on the play for 30 min: 0.3, 0.5 lost
     assert regularisation(6.5, 383_977, 951_799).dropout == 0  # 1x256 on Russian at 60 s: exposure 2.6
 
@@ -192,13 +192,15 @@ def test_a_short_text_for_many_epochs_gets_more_dropout_than_the_held_level():
     at 411 s: 2x512 ran 58-62 epochs (exposure about 1,500) and scored 1.3482, 1.3351,
     **1.3166** and 1.3628 with dropout 0.4, 0.5, 0.6 and 0.7 (the first two turning up after
     750-1,000 steps, 0.7 still falling too slowly at the end); 1x512 (exposure about 1,600)
-    1.3702, 1.3596 and 1.4329 with 0.4, 0.6 and 0.8. Between the play at 143 and the names at 355, where
-    0.4 did best, the dropout holds."""
+    1.3702, 1.3596 and 1.4329 with 0.4, 0.6 and 0.8; under the AVX2 cap (an EPYC), 1x512 for 55 epochs
+    (exposure about 500) 1.3610, **1.3459** and 1.3575 with 0.43 (the rise from 400), 0.5 and 0.6.
+    Up to 250, where the play at 143 did best with 0.4, the dropout holds."""
     line = size_line(2.344)
     assert 0.55 <= regularisation(61.1, 3_329_000, 133_520, line).dropout <= 0.65  # (0.5 and 0.7 lost)
     assert regularisation(175.8, 1_230_000, 133_520, line).dropout == MAX_DROPOUT == 0.6
-    held = [regularisation(epochs, 1_000_000, 1_000_000).dropout for epochs in (100, 150, 250, 400)]
-    assert held == [0.4] * 4
+    assert 0.47 <= regularisation(55, 1_230_000, 133_520, line).dropout <= 0.55  # (0.43 and 0.6 lost)
+    held = [regularisation(epochs, 1_000_000, 1_000_000).dropout for epochs in (100, 150, 250)]
+    assert held == [0.4] * 3 and regularisation(400, 1_000_000, 1_000_000).dropout > 0.4
 
 
 def test_no_regularisation_for_a_model_too_big_for_its_run():
@@ -343,7 +345,8 @@ def test_a_run_of_little_exposure_gets_no_regularisation_and_a_long_one_some(tex
     assert short.model_config.dropout == 0 and short.config.weight_decay == 0
     text, size = len(corpus.train_ids), params(replace(model, vocab_size=corpus.tokenizer.vocab_size))
     assert 1.0 * size / text < LITTLE_EXPOSURE < 40.0 * size / text
-    assert long.model_config.dropout == regularisation(40.0, size, text).dropout > 0 and long.config.weight_decay > 0
+    wanted = regularisation(40.0, size, text, long.line).dropout  # (the text's line counts its characters)
+    assert long.model_config.dropout == wanted > 0 and long.config.weight_decay > 0
     saved = json.loads((tmp_path / "long" / "config.json").read_text())
     assert saved["model"]["dropout"] == long.model_config.dropout
     assert saved["train"]["weight_decay"] == long.config.weight_decay

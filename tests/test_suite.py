@@ -61,6 +61,25 @@ def test_the_transformers_score_is_the_mean_loss_of_its_windows():
     assert len(losses) == len(ids) - 1 and tiny_gpt.score(model, ids) == pytest.approx(np.mean(losses), rel=1e-5)
 
 
+def test_the_transformer_keeps_the_weights_of_its_best_validation_estimate(monkeypatch):
+    """As nanoGPT's config (always_save_checkpoint = False): estimates every EVAL_INTERVAL
+    steps; the second is the best, so its weights come back, not the last."""
+    estimates, snapshots = iter([3.0, 1.0]), []
+
+    def estimate(model, data, rng):
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return next(estimates, 2.0)
+
+    monkeypatch.setattr(tiny_gpt, "EVAL_INTERVAL", 2)
+    monkeypatch.setattr(tiny_gpt, "estimate_loss", estimate)
+    ids = np.random.default_rng(0).integers(0, 7, 500)
+    model, steps, _, kept = tiny_gpt.train(ids, 7, 1.0, val_ids=ids[:200])
+    assert steps > 6 and kept == 4 and len(snapshots) >= 3
+    assert all(torch.equal(v, snapshots[1][k]) for k, v in model.state_dict().items())
+    _, steps, _, kept = tiny_gpt.train(ids, 7, 0.2)
+    assert kept == steps  # (without a validation text: the last)
+
+
 def test_a_gutenberg_text_loses_its_header_and_licence():
     text = "Title\r\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\r\nBody  \r\n\r\n\r\n\r\nEnd.\r\n" \
            "*** END OF THIS PROJECT GUTENBERG EBOOK X ***\r\nLicence"
