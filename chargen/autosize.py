@@ -112,7 +112,7 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     1.4884 with 0.3; Python at 411 s (28): 1.0966 with 0.2, 1.0975 with 0.28; at equal steps,
     two seeds each, prose at 3,400 steps (31): 1.4128 with 0.2, 1.4269 with 0.25, 1.4253 with
     0.3; Russian at 3,200 (18.5): 1.3769 with 0.1, 1.3955 with 0.26. The rise stops at 0.4:
-    1x128 on a list of names at 60 s (exposure about 370) scored 1.8765, 1.8809, 1.8631 and
+    1x128 on a list of names at 60 s (exposure 245-355) scored 1.8765, 1.8809, 1.8631 and
     1.8803 with 0.2 to 0.5; 2x512 on the play for 30 minutes (143) 1.4589 with 0.4, 1.4651
     with 0.5 and 1.4872 with 0.3, which half the slope would have given it. It holds there
     until an exposure of RISE_AGAIN_EXPOSURE and then rises again: on a short text (Alice

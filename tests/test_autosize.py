@@ -173,7 +173,7 @@ def test_the_many_epoch_regime_gets_the_dropout_measured_there():
     18-31 every text did best at or below 0.2 (1x512: the play at 411 s, 0.2 against 0.1
     and 0.3; Python at 411 s, 0.2 against 0.28; prose at 3,400 steps, 0.2 against 0.25 and 0.3 on
     two seeds; Russian at 3,200, 0.1 and 0.2 against 0.26), so the rise starts at 12; 1x128 on a
-    list of names at 60 s, at about 400, did best with 0.4 (0.2, 0.3 and 0.5 lost by
+    list of names at 60 s, at 245-355, did best with 0.4 (0.2, 0.3 and 0.5 lost by
     0.013-0.018); 2x512 on the play for 30 minutes, at 143, with 0.4 (1.4589; 0.5 lost by 0.006,
     0.3 by 0.028: half the slope loses there); Python at 50 with 0.36 (0.3 lost by 0.004)."""
     play = 1_223_557, 899_988  # 1x512 on the play
