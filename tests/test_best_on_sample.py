@@ -52,8 +52,13 @@ def test_a_run_that_overfits_keeps_its_best_weights_by_the_sample(tmp_path):
     case = Case(0, val_fraction=0.45, share=0.005, factor=1.0)
     model = tiny_model(hidden=128, layers=1, dropout=0.0)
     training = tiny_train(steps=None, max_time=BUDGET, eval_every=50, sample_chars=0, base_lr=0.01)
-    result, lines, wall = slowdown.timed_try(tmp_path / "run", text, case, model, training)
-    assert abs(wall - BUDGET) <= 0.02 * BUDGET, (wall, lines)
+    for attempt in range(2):  # (a loaded machine may leave no time for the rescore, which the budget
+        # rightly refuses: CI's 2 cores once did; a second run on them has not)
+        result, lines, wall = slowdown.timed_try(tmp_path / f"run{attempt}", text, case, model, training)
+        assert abs(wall - BUDGET) <= 0.02 * BUDGET, (wall, lines)
+        if result.history[-1]["event"] == "best_on_sample":
+            break
+    run_dir = tmp_path / f"run{attempt}" / "run"
     vals = [e for e in result.history if e["event"] == "val"]
     sampled = [e for e in vals if not e["whole"]]
     assert len(sampled) >= 5 and min(e["val_loss"] for e in sampled) < sampled[-1]["val_loss"]  # it turned up
@@ -64,12 +69,12 @@ def test_a_run_that_overfits_keeps_its_best_weights_by_the_sample(tmp_path):
     assert again["val_loss"] < last["val_loss"] and result.best_val_loss == pytest.approx(again["val_loss"])
     said = next(line for line in lines if line.startswith(f"the weights of step {again['weights_step']:,}, the best"))
     assert "(best)" in said
-    _, meta = load_tensors(tmp_path / "run" / "run" / checkpoint.BEST)
+    _, meta = load_tensors(run_dir / checkpoint.BEST)
     assert meta["step"] == again["weights_step"]
-    summary = json.loads((tmp_path / "run" / "run" / "config.json").read_text())["summary"]
+    summary = json.loads((run_dir / "config.json").read_text())["summary"]
     assert summary["best_val_loss"] == pytest.approx(again["val_loss"])
     # benchmarks.run_summary counts it as the run's best, and shows it in the curve's table
-    done = subprocess.run([sys.executable, "-m", "benchmarks.run_summary", str(tmp_path / "run" / "run")], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "benchmarks.run_summary", str(run_dir)], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"best validation loss (whole text): {again['val_loss']:.4f}" in done.stdout
