@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from . import board, checkpoint, faults
 from .best_on_sample import BestOnSample
-from .budget import NONE_FITS, TimeBudget, ValidationClock, ValidationCost
+from .budget import FINAL_SLACK, NONE_FITS, TimeBudget, ValidationClock, ValidationCost
 from .checks import MAX_SEED
 from .config import TrainConfig
 from .corpus import Corpus
@@ -416,12 +416,10 @@ def rescore_best_on_sample(trainer: Trainer) -> bool:
     weights of its best scored on the whole text too, after the last weights' final
     validation, where it was whole and the time is left: kept as the best if they do
     better (chargen.best_on_sample). Whether they were scored."""
-    best, run, budget = trainer.best_on_sample, trainer.run, trainer.budget
+    best, run = trainer.best_on_sample, trainer.run
     progress = run.state.progress
-    cost = budget.validation_cost(progress) if run.config.max_time is not None else None
-    due = (best.turned_up and best.step < progress.step == trainer.clock.whole_at
-           and (cost is None or cost.seconds(run.feed.val_targets) <= budget.seconds_left()))
-    if not run.ranks.from_main(int(due), run.device):  # (every rank scores, or none)
+    due = best.turned_up and best.step < progress.step == trainer.clock.whole_at
+    if not run.ranks.from_main(int(due and rescore_fits(trainer)), run.device):  # (every rank scores, or none)
         return False
     start = time.perf_counter()
     with best.loaded(run.model):
@@ -436,6 +434,24 @@ def rescore_best_on_sample(trainer: Trainer) -> bool:
                 f"{'  (best)' if is_best else ''}")
     count_validation(trainer, start)
     return True
+
+
+def rescore_fits(trainer: Trainer) -> bool:
+    """Whether the rescore fits in what is left of --max-time: it takes what the final,
+    whole validation just took (the same text, the same model: a better guess than a cost
+    scaled by the steps' speed), and may run past the budget by the final validation's slack
+    (chargen.budget.FINAL_SLACK). Where it does not, the log says so."""
+    max_time = trainer.run.config.max_time
+    if max_time is None:
+        return True
+    takes, left = trainer.clock.scoring[0], trainer.budget.seconds_left()
+    if takes <= left + FINAL_SLACK * max_time:
+        return True
+    best = trainer.best_on_sample
+    trainer.log(f"the weights of step {best.step:,}, the best on the validation sample ({best.loss:.4f} there, "
+                f"{best.last_loss:.4f} at the last), are not scored on the whole text: that would take about "
+                f"{takes:.1f} s, and {max(0.0, left):.1f} s of --max-time {max_time:g} are left")
+    return False
 
 
 def keep_if_best(run: PreparedRun, val_loss: float, step: int, weights: dict[str, torch.Tensor]) -> bool:
