@@ -438,7 +438,7 @@ def plan_schedule(config: TrainConfig, feed: StreamFeed | LinesFeed, progress: P
     scaling = config.scaling(feed.steps_per_epoch_at(config.base_batch_size))
     # A short plan gets a short warmup: at most half of it.
     schedule = scaling.schedule(config.batch_size, feed.steps_per_epoch, progress.total_steps, config.decay,
-                                max_warmup_steps=progress.requested_steps // 2, cycles=progress.cycles)
+                                max_warmup_steps=progress.requested_steps // 2)
     return scaling, schedule
 
 

@@ -37,15 +37,6 @@ from .errors import ChargenError
 DECAYS = ("cosine", "linear", "poly", "exp", "none")
 SCALINGS = ("legw", "linear", "none")
 POLY_POWER = 2.0
-MAX_CYCLES = 16
-
-
-def cycle_bounds(total_steps: int, cycles: int) -> list[int]:
-    """Where the cycles of a plan of ``total_steps`` start, and its end: each cycle twice
-    as long as the one before (SGDR's doubling; Loshchilov and Hutter 2017), so a plan's
-    cycles end at exposures a doubling apart, and the last is half the plan."""
-    whole = 2**cycles - 1
-    return [round(total_steps * (2**i - 1) / whole) for i in range(cycles + 1)]
 
 
 @dataclass
@@ -53,15 +44,13 @@ class WarmupDecay:
     """Linear warmup from 0 to ``peak_lr`` over ``warmup_steps``, then a decay to
     ``final_fraction * peak_lr`` at ``total_steps``: cosine; linear; poly (quadratic, the
     polynomial decay of the LEGW paper's LSTM runs); exp (a constant factor per step); or
-    none (flat at the peak). With ``cycles`` above 1, the plan is that many warmups and
-    decays (warm restarts), each twice as long as the one before (``cycle_bounds``)."""
+    none (flat at the peak)."""
 
     peak_lr: float
     warmup_steps: int
     total_steps: int
     decay: str = "cosine"
     final_fraction: float = 0.1
-    cycles: int = 1
 
     def __post_init__(self) -> None:
         if not self.peak_lr > 0:
@@ -74,25 +63,15 @@ class WarmupDecay:
             raise ChargenError(f"the final lr fraction must be in [0, 1], not {self.final_fraction}")
         if self.decay == "exp" and self.final_fraction == 0:
             raise ChargenError("an exponential decay never reaches 0: give a final lr fraction above 0")
-        if not (type(self.cycles) is int and 1 <= self.cycles <= MAX_CYCLES):
-            raise ChargenError(f"a schedule has 1 to {MAX_CYCLES} cycles, not {self.cycles!r}")
 
     def lr_at(self, step: int) -> float:
         """The learning rate for update number ``step`` (counting from 0)."""
-        if self.cycles == 1:
-            return self.cycle_lr(step, self.warmup_steps, self.total_steps)
-        bounds = cycle_bounds(self.total_steps, self.cycles)
-        start, end = next(((a, b) for a, b in zip(bounds, bounds[1:], strict=False) if step < b), bounds[-2:])
-        return self.cycle_lr(step - start, min(self.warmup_steps, (end - start) // 2), end - start)
-
-    def cycle_lr(self, step: int, warmup_steps: int, total_steps: int) -> float:
-        """The rate at ``step`` of one warmup and decay of ``total_steps``."""
-        if step < warmup_steps:
-            return self.peak_lr * (step + 1) / warmup_steps
+        if step < self.warmup_steps:
+            return self.peak_lr * (step + 1) / self.warmup_steps
         if self.decay == "none":
             return self.peak_lr
-        span = max(1, total_steps - warmup_steps)
-        progress = min(1.0, (step - warmup_steps) / span)
+        span = max(1, self.total_steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
         floor = self.final_fraction
         if self.decay == "exp":
             return self.peak_lr * floor**progress
@@ -152,17 +131,16 @@ class BatchScaling:
         decay: str = "cosine",
         final_fraction: float = 0.1,
         max_warmup_steps: int | None = None,
-        cycles: int = 1,
     ) -> WarmupDecay:
         """The step-by-step schedule for a run at ``batch_size`` whose epoch is
-        ``steps_per_epoch`` updates and whose plan is ``total_steps`` updates, in ``cycles``;
-        the warmup is cut to ``max_warmup_steps`` if it would be longer."""
+        ``steps_per_epoch`` updates and whose plan is ``total_steps`` updates; the warmup
+        is cut to ``max_warmup_steps`` if it would be longer."""
         if steps_per_epoch <= 0:
             raise ChargenError(f"an epoch must have at least one step, not {steps_per_epoch}")
         warmup = round(self.warmup_epochs(batch_size) * steps_per_epoch)
         if max_warmup_steps is not None:
             warmup = min(warmup, max_warmup_steps)
-        return WarmupDecay(self.peak_lr(batch_size), warmup, total_steps, decay, final_fraction, cycles)
+        return WarmupDecay(self.peak_lr(batch_size), warmup, total_steps, decay, final_fraction)
 
     def describe(self, batch_size: int, steps_per_epoch: int, schedule: WarmupDecay) -> dict:
         """What the rule made of the reference, for config.json and the start-up line."""
@@ -179,7 +157,6 @@ class BatchScaling:
             "decay_epochs": max(0, total - schedule.warmup_steps) / steps_per_epoch,
             "final_lr": schedule.lr_at(total),
             "total_steps": total,
-            "cycles": schedule.cycles,
         }
 
 
@@ -190,6 +167,4 @@ def format_schedule(info: dict) -> str:
         f"to batch {info['batch_size']} (k={info['k']:g}): peak {info['peak_lr']:.3g}, warmup "
         f"{info['warmup_steps']:,} steps ({info['warmup_epochs']:.3g} epochs), {info['decay']} decay over "
         f"{info['decay_steps']:,} steps ({info['decay_epochs']:.3g} epochs) to {info['final_lr']:.3g}"
-        + (f", in {info['cycles']} cycles, each twice as long as the one before (warm restarts)"
-           if info.get("cycles", 1) > 1 else "")
     )

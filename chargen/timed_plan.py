@@ -24,7 +24,6 @@ from .budget import (
     plan_validation,
 )
 from .prepare import TIMED_PLAN, PreparedRun, refit_regularisation
-from .restarts import plan_cycles
 from .schedule import format_schedule
 
 
@@ -81,11 +80,6 @@ class TimedPlan:
             self.run, refitted = refit_regularisation(self.run, total)
             if refitted:
                 self.log(refitted)
-            if budget.start_step == 0:  # (a new run; one resumed keeps its cycles)
-                progress.cycles, restarts = plan_cycles(self.run, total)
-                self.run.schedule.cycles = progress.cycles
-                if restarts:
-                    self.log(restarts)
         if first:  # the schedule's length is known only now
             self.log(format_schedule(self.run.scaling.describe(config.batch_size, self.run.feed.steps_per_epoch,
                                                            self.run.schedule)))

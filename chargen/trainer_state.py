@@ -15,7 +15,6 @@ import torch
 
 from .checkpoint import TRAINER, WEIGHTS, kept_path
 from .errors import ChargenError
-from .schedule import MAX_CYCLES
 from .storage import atomic_link, load_tensors, save_tensors
 
 
@@ -63,7 +62,6 @@ class Progress:
     lr_factor: float = 1.0  # halved each time a NaN or inf loss sends the run back to a checkpoint
     nonfinite: int = 0  # how many times that has happened
     kept: list[int] = field(default_factory=list)  # --keep: the steps of the resume points kept, oldest first
-    cycles: int = 1  # of the learning-rate schedule (warm restarts: chargen.restarts)
 
 
 @dataclass
@@ -134,8 +132,6 @@ class TrainerState:
             progress = Progress(**meta["progress"])
             if not (isinstance(progress.kept, list) and all(type(s) is int and s >= 0 for s in progress.kept)):
                 raise ValueError(f"kept: {progress.kept!r}")
-            if not (type(progress.cycles) is int and 1 <= progress.cycles <= MAX_CYCLES):
-                raise ValueError(f"cycles: {progress.cycles!r}")
             if self.scaler.is_enabled() and meta.get("grad_scaler"):
                 self.scaler.load_state_dict(meta["grad_scaler"])
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
