@@ -121,7 +121,9 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     1x512 at 1,600 1.3702, 1.3596 and 1.4329 with 0.4, 0.6 and 0.8; 1x512 under the AVX2 cap
     at about 500 (an EPYC) 1.3610, 1.3459 and 1.3575 with 0.43, 0.5 and 0.6, 0.43 turning up
     after half its steps. The names at 355 (0.45 now; 0.4 beat 0.5 by 0.017 and 0.3 by 0.018:
-    the noise of a 3,620-character validation text) and the play at 143 hold. Not fitted on,
+    the noise of a 3,620-character validation text) and the play at 143 hold. Not met: the
+    names far past their text (exposure 5,000 and 19,000) did better with 0.45 than the 0.6
+    given (by 0.009 and 0.025): they peak in their first 12,000 steps at any budget. Not fitted on,
     Python at 50 (1x512 for 8,000 steps): 1.0919 with 0.36, 1.0961 with 0.3 (the rule's 0.31
     now), 1.1181 with 0.2; 2x512 on the play at 1,700 steps (29): 1.4916 with 0.22 (now), 1.4950
     with 0.28 (before).
