@@ -52,7 +52,7 @@ class Clock:
 def test_the_rescore_is_fitted_to_what_the_final_validation_took_and_said_when_skipped():
     """The rescore scores the same text with the same model as the final validation just
     did: it fits where that time is left, or within the final validation's slack (1% of the
-    budget) past it; where it does not, one line says why, and the run ends on its budget."""
+    budget) past it; where it does not, one line says why (the timed run below holds its budget)."""
     lines = []
     best = BestOnSample(loss=1.2, step=300, last_loss=1.3)
     trainer = SimpleNamespace(run=SimpleNamespace(config=SimpleNamespace(max_time=100.0)), best_on_sample=best,
