@@ -439,8 +439,9 @@ def rescore_best_on_sample(trainer: Trainer) -> bool:
 def rescore_fits(trainer: Trainer) -> bool:
     """Whether the rescore fits in what is left of --max-time: it takes what the final,
     whole validation just took (the same text, the same model: a better guess than a cost
-    scaled by the steps' speed), and may run past the budget by the final validation's slack
-    (chargen.budget.FINAL_SLACK). Where it does not, the log says so."""
+    scaled by the steps' speed), and may run past the budget by what the final validation left
+    of its slack (chargen.budget.FINAL_SLACK: one slack for both, so a run ends at most that far
+    past its budget). Where it does not fit, the log says so (rank 0's: the others log nothing)."""
     max_time = trainer.run.config.max_time
     if max_time is None:
         return True
