@@ -41,7 +41,7 @@ def test_the_best_sampled_validation_keeps_a_copy_of_its_weights():
     assert not best.turned_up and best.step == 40
 
 
-class Clock:
+class FakeBudget:  # (the TimeBudget as rescore_fits reads it)
     def __init__(self, left: float) -> None:
         self.left = left
 
@@ -56,7 +56,7 @@ def test_the_rescore_is_fitted_to_what_the_final_validation_took_and_said_when_s
     lines = []
     best = BestOnSample(loss=1.2, step=300, last_loss=1.3)
     trainer = SimpleNamespace(run=SimpleNamespace(config=SimpleNamespace(max_time=100.0)), best_on_sample=best,
-                              clock=SimpleNamespace(scoring=(2.0, 50_000)), budget=Clock(2.5), log=lines.append)
+                              clock=SimpleNamespace(scoring=(2.0, 50_000)), budget=FakeBudget(2.5), log=lines.append)
     assert rescore_fits(trainer) and not lines
     trainer.budget.left = 1.2  # 0.8 s past the budget: within its slack
     assert rescore_fits(trainer) and not lines
