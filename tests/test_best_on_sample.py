@@ -87,7 +87,8 @@ def test_a_run_that_overfits_keeps_its_best_weights_by_the_sample(tmp_path):
     run_dir = tmp_path / "try" / "run"
     vals = [e for e in result.history if e["event"] == "val"]
     sampled = [e for e in vals if not e["whole"]]
-    assert len(sampled) >= 5 and min(e["val_loss"] for e in sampled) < sampled[-1]["val_loss"]  # it turned up
+    # it turned up (sampled validations are spaced by their 5% of the budget: 8-9 natively here, 4 once capped to AVX2)
+    assert len(sampled) >= 3 and min(e["val_loss"] for e in sampled) < sampled[-1]["val_loss"]
     last = vals[-1]
     assert last["whole"] and last["step"] == result.step
     again = result.history[-1]
