@@ -1,11 +1,11 @@
-"""The texts of the budget suite (``python -m benchmarks.suite``, issue 33): seven,
+"""The texts of the budget suite (``python -m benchmarks.suite``, issue 33): eight,
 each split 90/10 into a training and a validation file, built from the shipped corpora and
 from pinned package archives (checked against their SHA-256), never from the web at run
 time. Fetch the archives once (PyPI and Debian are package registries):
 
     pip download Brotli==1.1.0 --no-deps --no-binary Brotli -d benchmarks/out/suite/sources
     pip download sentencepiece==0.2.0 pip==24.3.1 --no-deps --no-binary :all: -d benchmarks/out/suite/sources
-    (cd benchmarks/out/suite/sources && apt-get download fortunes-ru=1.52-3.1)
+    (cd benchmarks/out/suite/sources && apt-get download fortunes-ru=1.52-3.1 wamerican=2020.12.07-2)
 
 - ``play``: the first 1,000,000 characters of corpora/shakespeare.txt (the plays, verse and
   prose; the text of ``benchmarks.budget``).
@@ -27,6 +27,9 @@ time. Fetch the archives once (PyPI and Debian are package registries):
   the size rule's ``PARAMS_PER_CHAR`` decides.
 - ``list``: corpora/first_names.txt, one name a line, shuffled with a fixed seed before the
   split (its sorted order would leave only Y and Z names to validate on); lines mode.
+- ``words``: held out from the rule's fitting, a second list as small as the names: 5,000
+  words of Debian's wamerican 2020.12.07-2 (``/usr/share/dict/american-english``, without
+  the possessives), shuffled with the same seed; lines mode.
 
     python -m benchmarks.suite_texts        # build them (once) and print their figures
 """
@@ -50,7 +53,9 @@ ARCHIVES = {  # file name: SHA-256
     "sentencepiece-0.2.0.tar.gz": "a52c19171daaf2e697dc6cbe67684e0fa341b1248966f6aebb541de654d15843",
     "pip-24.3.1.tar.gz": "ebcb60557f2aefabc2e0f918751cd24ea0d56d8ec5445fe1807f1d2109660b99",
     "fortunes-ru_1.52-3.1_all.deb": "2dc76af9c0e02e2926d36f88dcb685bb171fab8677e553a6def41efe8a551cc6",
+    "wamerican_2020.12.07-2_all.deb": "c8f8e2b2ad0d37bfdd41f0e40f1e4c8e5f907467d768a1d3698b164e9617f0b4",
 }
+WORDS = 5_000  # of the word list, for a list as small as the names
 
 
 def archive(sources: Path, name: str) -> bytes:
@@ -125,23 +130,28 @@ def cpp(sources: Path) -> str:
     return whole_files(files)
 
 
-def russian(sources: Path) -> str:
-    deb = archive(sources, "fortunes-ru_1.52-3.1_all.deb")
+def deb_members(deb: bytes, wanted: Callable[[str], bool]) -> dict[str, bytes]:
+    """The files of a Debian package whose names ``wanted`` accepts, in name order."""
     data = deb[deb.index(b"data.tar"):]  # (an ar archive: the data member is a tar, found by its name)
     header, body = data[:60], data[60:]
     size = int(header[48:58])
-    entries = []
     with tarfile.open(fileobj=io.BytesIO(body[:size])) as tar:
-        for member in sorted(tar.getmembers(), key=lambda m: m.name):
-            if not member.isfile() or "/fortunes/ru/" not in member.name or member.name.endswith(".dat"):
-                continue
-            try:
-                text = tar.extractfile(member).read().decode("utf-8")
-            except UnicodeDecodeError:  # (a KOI8-R twin of a .u8 file)
-                continue
-            entries += [tidy(entry) for entry in text.split("\n%\n") if entry.strip()]
-            if sum(map(len, entries)) >= SIZE:
-                break
+        found = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile() and wanted(m.name)}
+    return dict(sorted(found.items()))
+
+
+def russian(sources: Path) -> str:
+    files = deb_members(archive(sources, "fortunes-ru_1.52-3.1_all.deb"),
+                        lambda name: "/fortunes/ru/" in name and not name.endswith(".dat"))
+    entries = []
+    for data in files.values():
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:  # (a KOI8-R twin of a .u8 file)
+            continue
+        entries += [tidy(entry) for entry in text.split("\n%\n") if entry.strip()]
+        if sum(map(len, entries)) >= SIZE:
+            break
     return "\n".join(entries)
 
 
@@ -151,8 +161,16 @@ def names(sources: Path) -> str:
     return "\n".join(items) + "\n"
 
 
+def words(sources: Path) -> str:
+    deb = archive(sources, "wamerican_2020.12.07-2_all.deb")
+    files = deb_members(deb, lambda name: name.endswith("/american-english"))
+    items = [word for word in next(iter(files.values())).decode("utf-8").splitlines() if not word.endswith("'s")]
+    random.Random(33).shuffle(items)
+    return "\n".join(items[:WORDS]) + "\n"
+
+
 TEXTS: dict[str, Callable[[Path], str]] = {"play": play, "prose": prose, "code": code, "cpp": cpp, "russian": russian,
-                                           "list": names, "short": short}
+                                           "list": names, "short": short, "words": words}
 
 
 def split(kind: str, out: Path) -> tuple[Path, Path]:
