@@ -1,7 +1,10 @@
 """The budget suite's own pieces (python -m benchmarks.suite): the settings run around
 auto's choice, and the transformer baseline scoring every validation character once."""
 
+import hashlib
+import io
 import json
+import tarfile
 
 import numpy as np
 import pytest
@@ -90,6 +93,38 @@ def test_a_source_text_is_whole_files_in_path_order_until_it_is_long_enough(monk
     monkeypatch.setattr(suite_texts, "SIZE", 20)
     files = {"b/z.py": b"x = 2  \r\n", "a/y.py": b"x = 1\n\n\n\nprint(x)\n", "c.py": b"never = 3\n"}
     assert whole_files(files) == "x = 1\n\nprint(x)\n\nx = 2\n\n"
+
+
+def fake_deb(files: dict[str, bytes]) -> bytes:
+    """A Debian package as ``ar`` lays it out (a signature, then members behind 60-byte
+    headers), its data.tar.xz holding ``files``."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:xz") as tar:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+
+    def member(name: str, content: bytes) -> bytes:
+        header = f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(content):<10}`\n".encode()
+        return header + content + b"\n" * (len(content) % 2)
+
+    return b"!<arch>\n" + member("debian-binary", b"2.0\n") + member("data.tar.xz", data.getvalue())
+
+
+def test_the_word_list_comes_from_its_pinned_debian_package_shuffled_without_possessives(tmp_path, monkeypatch):
+    words = [f"w{i:02d}" for i in range(30)] + ["cat's", "dog's"]
+    deb = fake_deb({"./usr/share/dict/american-english": "\n".join(words).encode(), "./usr/share/doc/x": b"no"})
+    name = "wamerican_2020.12.07-2_all.deb"
+    (tmp_path / name).write_bytes(deb)
+    monkeypatch.setitem(suite_texts.ARCHIVES, name, hashlib.sha256(deb).hexdigest())
+    monkeypatch.setattr(suite_texts, "WORDS", 20)
+    items = suite_texts.words(tmp_path).splitlines()
+    assert len(items) == len(set(items)) == 20 and set(items) < set(words[:30]) and items != sorted(items)
+    assert suite_texts.deb_members(deb, lambda path: path.endswith("/x")) == {"./usr/share/doc/x": b"no"}
+    (tmp_path / name).write_bytes(deb + b"!")
+    with pytest.raises(SystemExit, match="not the pinned archive"):
+        suite_texts.words(tmp_path)
 
 
 def test_a_tagged_set_of_runs_is_counted_apart_from_the_first():
