@@ -123,19 +123,18 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     1x512 at 1,600 1.3702, 1.3596 and 1.4329 with 0.4, 0.6 and 0.8; 1x512 under the AVX2 cap
     at about 500 (an EPYC) 1.3610, 1.3459 and 1.3575 with 0.43, 0.5 and 0.6, 0.43 turning up
     after half its steps. The names at 355 (0.4 now, 131 epochs counted as 50; 0.4 beat 0.5 by
-    0.017 and 0.3 by 0.018: the noise of a 3,620-character validation text) and the play at 143
-    hold. Not met before PEAK_EPOCHS: the names far past their text (exposure 5,000 and
+    0.017 and 0.3 by 0.018: the noise of a 3,620-character validation text) and the play at
+    143 hold. Not met before PEAK_EPOCHS: the names far past their text (exposure 5,000 and
     19,000) did better with 0.45 than the 0.6 given (by 0.009 and 0.025): they peak in their
-    first 12,000 steps at any budget. Runs that
-    far past their text peak at 11-50 epochs, the weights kept are the peak's, and so the
-    second rise counts the exposure of PEAK_EPOCHS epochs at most: the names' 0.6 becomes 0.48
-    (1.8652 and 1.8658 at 411 s and 30 minutes, within 0.01 of 0.45). A second list, 5,000
-    words (1x512, 30 parameters a character), at 411 s: 2.1164 with 0.6, 2.1250 with 0.45 (its
-    best at epoch 27 and 11); 50 of its epochs still call for 0.6, and so do the short book's.
-    The first rise counts every epoch: a small model far past a big text holds at 0.4. Not fitted on,
-    Python at 50 (1x512 for 8,000 steps): 1.0919 with 0.36, 1.0961 with 0.3 (the rule's 0.31
-    now), 1.1181 with 0.2; 2x512 on the play at 1,700 steps (29): 1.4916 with 0.22 (now), 1.4950
-    with 0.28 (before).
+    first 12,000 steps at any budget. Runs that far past their text peak at 11-50 epochs, the
+    weights kept are the peak's, and so the second rise counts the exposure of PEAK_EPOCHS
+    epochs at most: the names' 0.6 becomes 0.48 (1.8652 and 1.8658 at 411 s and 30 minutes,
+    within 0.01 of 0.45). A second list, 5,000 words (1x512, 30 parameters a character), at
+    411 s: 2.1164 with 0.6, 2.1250 with 0.45 (its best at epoch 27 and 11); 50 of its epochs
+    still call for 0.6, and so do the short book's. The first rise counts every epoch: a small
+    model far past a big text holds at 0.4. Not fitted on, Python at 50 (1x512 for 8,000
+    steps): 1.0919 with 0.36, 1.0961 with 0.3 (the rule's 0.31 now), 1.1181 with 0.2; 2x512 on
+    the play at 1,700 steps (29): 1.4916 with 0.22 (now), 1.4950 with 0.28 (before).
     Texts differ at one exposure (prose at 411 s, exposure 50, did best with 0.2: 1.3974
     against 1.4074 with 0.35), and seeds by as much (prose at 3,400 steps with 0.2: 1.4003 and
     1.4252).
