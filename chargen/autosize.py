@@ -92,7 +92,7 @@ NO_DROPOUT_CHARS_PER_PARAM = 1.5
 class Regularisation:
     dropout: float
     weight_decay: float
-    note: str = ""  # why none, where the exposure alone would call for some
+    note: str = ""  # why none, where the exposure alone would call for some; or how it was counted
     exposure: float = field(default=0.0, compare=False)  # what it was fitted to (see ``regularisation``)
 
 
@@ -162,7 +162,9 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     first = min(HELD_DROPOUT, DROPOUT + DROPOUT_PER_DOUBLING * math.log2(max(1.0, exposure / RISE_EXPOSURE)))
     peaked = exposure * min(1.0, PEAK_EPOCHS / max(epochs, 1e-9))  # (the exposure up to PEAK_EPOCHS)
     again = DROPOUT_PER_DOUBLING * math.log2(max(1.0, peaked / RISE_AGAIN_EXPOSURE))
-    return Regularisation(round(min(MAX_DROPOUT, first + again), 2), WEIGHT_DECAY, exposure=exposure)
+    counted = (f"past {RISE_AGAIN_EXPOSURE:g} it counts {PEAK_EPOCHS:g} of the epochs: {peaked:.3g}"
+               if peaked < exposure and exposure > RISE_AGAIN_EXPOSURE else "")
+    return Regularisation(round(min(MAX_DROPOUT, first + again), 2), WEIGHT_DECAY, counted, exposure)
 
 
 def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.device,
