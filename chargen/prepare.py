@@ -317,7 +317,8 @@ def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRu
     record = replace(run.record, model=model_config, train=config)
     run = replace(run, model_config=model_config, config=config, record=record)
     return run, (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
-                 f"{fitting.exposure:.3g}): {', '.join(changes)}; {same_without_timing(run)}")
+                 f"{fitting.exposure:.3g}{'; ' * bool(fitting.note)}{fitting.note}): {', '.join(changes)}; "
+                 f"{same_without_timing(run)}")
 
 
 def same_without_timing(run: PreparedRun) -> str:

@@ -513,3 +513,19 @@ def test_an_untimed_run_on_a_predictable_text_gets_the_dropout_its_bits_call_for
         assert f"for {bits_per_char(corpus.train_ids):.2f} bits a character" in said, said
         dropouts[name] = run.model_config.dropout
     assert dropouts["predictable"] > 0 == dropouts["random"], dropouts
+
+
+def test_the_refit_line_says_where_the_second_rise_counted_50_epochs(tmp_path):
+    """A timed run refitted to a plan far past its small text: the line gives the exposure,
+    and why the dropout is lower than that exposure alone would call for."""
+    from chargen.prepare import refit_regularisation
+
+    text = tmp_path / "t.txt"
+    text.write_text(make_text(60, seed=3))
+    model = ModelConfig(hidden=48, layers=1, embedding=8)  # (dropout left to chargen)
+    run = set_up(load_corpus(text), tmp_path / "run", model, tiny_train(steps=None, max_time=60.0))
+    run, _ = refit_regularisation(run, 1)  # (a plan of one step: no dropout, so the next refit changes it)
+    refitted, said = refit_regularisation(run, 10**7)
+    expected = regularisation(10**7 / run.feed.steps_per_epoch, run.record.parameters, run.feed.epoch_targets, run.line)
+    assert "it counts 50 of the epochs" in expected.note and expected.note in said
+    assert refitted.model_config.dropout == expected.dropout
