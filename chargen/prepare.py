@@ -316,9 +316,9 @@ def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRu
     config = replace(run.config, weight_decay=weight_decay)
     record = replace(run.record, model=model_config, train=config)
     run = replace(run, model_config=model_config, config=config, record=record)
+    counted = f"{fitting.exposure:.3g}; {fitting.note}" if fitting.note else f"{fitting.exposure:.3g}"
     return run, (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
-                 f"{fitting.exposure:.3g}{'; ' * bool(fitting.note)}{fitting.note}): {', '.join(changes)}; "
-                 f"{same_without_timing(run)}")
+                 f"{counted}): {', '.join(changes)}; {same_without_timing(run)}")
 
 
 def same_without_timing(run: PreparedRun) -> str:
