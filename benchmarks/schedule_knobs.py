@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     equal_steps_arguments(parser, OUT / "schedule_knobs")
     parser.add_argument("--settings", nargs="+", type=setting, default=[("cosine", 0.1, 0.01), ("cosine", 0.0, 0.01)],
                         help="DECAY:FLOOR:WEIGHT_DECAY each")
-    parser.add_argument("--base-lr", type=float, default=TrainConfig.base_lr,
-                        help=f"the peak learning rate at batch 32 (chargen's: {TrainConfig.base_lr:g})")
+    parser.add_argument("--base-lr", type=float, default=None,
+                        help="the peak learning rate at batch 32 (chargen's: by the width, base_lr_for)")
     args = parser.parse_args(argv)
     model = equal_steps_model(parser, args)
     try:
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     whole = BatchScaling.schedule
     for decay, floor, weight_decay in args.settings:
         embedding = "" if args.embedding == ModelConfig.embedding else f"-e{args.embedding}"
-        lr = "" if args.base_lr == TrainConfig.base_lr else f"-lr{args.base_lr:g}"
+        lr = "" if args.base_lr is None else f"-lr{args.base_lr:g}"
         name = (f"{args.text}-{args.layers}x{args.hidden}:{args.dropout:g}{embedding}{lr}-"
                 f"{decay}:{floor:g}:{weight_decay:g}")
         BatchScaling.schedule = floored(floor)

@@ -111,7 +111,7 @@ def equal_steps_model(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def equal_steps_row(corpus: Corpus, out: Path, name: str, model: ModelConfig, steps: int,
-                    weight_decay: float = 0.01, decay: str = "cosine", base_lr: float = TrainConfig.base_lr,
+                    weight_decay: float = 0.01, decay: str = "cosine", base_lr: float | None = None,
                     seed: int = TrainConfig.seed) -> dict:
     """Train ``model`` for ``steps`` (weight decay 0.01, chargen's peak lr and seed unless told)
     under OUT/runs/NAME-STEPS (NAME-STEPS-seedN for another seed): its row."""

@@ -29,7 +29,9 @@ the model's parameters per character of the text, the characters counted as the 
 counts them (a predictable text is memorised sooner). A run of little exposure never meets a
 character often enough to memorise it, and dropout only slows its learning; a big model on
 a small text for many epochs memorises, and dropout is what keeps its validation loss
-falling. Whoever gives ``--dropout`` or ``--weight-decay`` gets that.
+falling. So does the peak learning rate (``base_lr_for``): twice the usual below the exposure
+that gets dropout, where a bigger step only learns sooner. Whoever gives ``--dropout``,
+``--weight-decay`` or ``--base-lr`` gets that.
 
 The constants come from the sweep of ``python -m benchmarks.budget`` (benchmarks/README.md,
 "How good at a budget"): fixed sizes against each other at equal wall time, natively and as an AVX2-only
@@ -51,6 +53,7 @@ import torch.nn.functional as F
 
 from .memory import parameter_count
 from .model import CharLSTM, ModelConfig
+from .schedule import BatchScaling
 
 # (layers, hidden), smallest first; each about three times the parameters of the last.
 LADDER = ((1, 128), (1, 256), (1, 512), (2, 512), (2, 1024), (3, 1024))
@@ -86,6 +89,10 @@ WEIGHT_DECAY = 0.01
 # (below the size rule's CHARS_PER_PARAM: a size chosen by the rule, refitted a little under
 # it, still needs its dropout), scaled like the line with the text's bits.
 NO_DROPOUT_CHARS_PER_PARAM = 1.5
+# The peak learning rate at the base batch where --base-lr is not given: BASE_LR, and
+# LITTLE_EXPOSURE_LR below LITTLE_EXPOSURE (see ``base_lr_for``).
+BASE_LR = BatchScaling.base_lr  # 3e-3
+LITTLE_EXPOSURE_LR = 2 * BASE_LR
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,20 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     counted = (f"past {RISE_AGAIN_EXPOSURE:g} it counts {PEAK_EPOCHS:g} of the epochs: {peaked:.3g}"
                if peaked < exposure and exposure > RISE_AGAIN_EXPOSURE else "")
     return Regularisation(round(min(MAX_DROPOUT, first + again), 2), WEIGHT_DECAY, counted, exposure)
+
+
+def base_lr_for(exposure: float) -> float:
+    """The peak learning rate of AdamW at the base batch for a run of ``exposure`` (as
+    ``regularisation`` counts it), where ``--base-lr`` is not given: twice BASE_LR below
+    LITTLE_EXPOSURE, where the run is too short to memorise its text and a bigger step only
+    learns sooner. At 137 s under the AVX2 cap (fp32), 1x256 (about 2,000 steps, exposure
+    3-6, no dropout) scored 0.025-0.075 nats better with 6e-3 than with 3e-3 on the play,
+    prose and Russian, 0.002 on Python; 1x128 on Russian (5,500 steps, 3) 0.019. Past it the
+    larger step memorises sooner: natively, 1x256 on the play at exposure 10-13 peaked at
+    1.6107 with 6e-3 against 1.5678 (3e-3), and 1x512 at 12 did best with 3e-3 (0.018
+    ahead of 6e-3; Russian at 10, 0.037 behind). ``python -m chargen train TEXT --val-file
+    VAL --max-time 137 --hidden H --layers 1 --dropout 0 --base-lr L``, benchmarks/suite.md."""
+    return LITTLE_EXPOSURE_LR if exposure < LITTLE_EXPOSURE else BASE_LR
 
 
 def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.device,

@@ -34,8 +34,10 @@ def training_command(record: RunRecord) -> str:
     flags = [f"--mode {record.mode.name}", f"--hidden {model.hidden}", f"--layers {model.layers}",
              f"--embedding {model.embedding}", f"--dropout {model.dropout or 0:g}",
              f"--weight-decay {train.weight_decay or 0:g}", f"--batch-size {train.batch_size}",
-             f"--base-lr {train.base_lr:g}", f"--seed {train.seed}"]
+             f"--seed {train.seed}"]
     flags.insert(6, f"--bucket-factor {train.bucket_factor}" if record.mode.items else f"--bptt {train.bptt}")
+    if train.base_lr is not None:  # (a record without one: chargen decides again, as it did)
+        flags.insert(-1, f"--base-lr {train.base_lr:g}")
     if train.max_time:
         flags.append(f"--max-time {train.max_time:g}")
     for name in ("epochs", "steps"):

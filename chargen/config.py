@@ -27,7 +27,7 @@ class TrainConfig:
     # to batch_size by lr_scaling (see chargen.schedule): LEGW by default.
     lr_scaling: str = "legw"
     base_batch_size: int = 32
-    base_lr: float = 3e-3
+    base_lr: float | None = None  # None: by the model's width (chargen.autosize.base_lr_for)
     base_warmup_epochs: float | None = None  # None: warmup_steps updates at base_batch_size
     warmup_steps: int = 100
     decay: str = "cosine"
@@ -64,7 +64,7 @@ class TrainConfig:
                 raise ChargenError(f"--{name.replace('_', '-')} must be at most {MAX_EPOCHS:g}, "
                                    f"not {getattr(self, name)}")
         # Past these AdamW diverges at the first step, or decay flips the weights' sign.
-        if not 0 < self.base_lr < 1:
+        if self.base_lr is not None and not 0 < self.base_lr < 1:
             raise ChargenError(f"--base-lr must be between 0 and 1 (the default is 3e-3), not {self.base_lr}")
         if self.epochs is not None and self.steps is not None:
             raise ChargenError("give --epochs or --steps, not both")
@@ -86,8 +86,8 @@ class TrainConfig:
             raise ChargenError(f"max_hidden must be positive, not {self.max_hidden}")
         if self.warmup_steps < 0:
             raise ChargenError(f"--warmup-steps must be 0 or more, not {self.warmup_steps}")
-        self.scaling(1)  # validates the reference and the scheme
-        WarmupDecay(self.base_lr, self.warmup_steps, 1, self.decay)  # validates the decay
+        reference = self.scaling(1)  # validates the reference and the scheme
+        WarmupDecay(reference.base_lr, self.warmup_steps, 1, self.decay)  # validates the decay
         check_finite(self)
 
     def scaling(self, base_steps_per_epoch: int) -> BatchScaling:
@@ -95,7 +95,8 @@ class TrainConfig:
         warmup = self.base_warmup_epochs
         if warmup is None:
             warmup = self.warmup_steps / base_steps_per_epoch
-        return BatchScaling(self.lr_scaling, self.base_batch_size, self.base_lr, warmup)
+        lr = BatchScaling.base_lr if self.base_lr is None else self.base_lr  # (None: the run decides; until then this)
+        return BatchScaling(self.lr_scaling, self.base_batch_size, lr, warmup)
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:

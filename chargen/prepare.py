@@ -1,9 +1,8 @@
 """A training run's set-up, everything before its first step: the text in the run's
-vocabulary (a resumed or fine-tuned run's), the precision, the model's size and
-regularisation for the budget, the memory check, the model and optimizer, the run folder
-(new, or the resume point read back), the learning-rate schedule and the start-up report.
-``prepare_run`` returns it all as one fixed ``PreparedRun``; the loop (chargen.train)
-changes only the state inside it.
+vocabulary (a resumed or fine-tuned run's), the precision, the model's size, regularisation
+and peak learning rate, the memory check, the model and optimizer, the run folder (new, or
+the resume point read back), the schedule and the start-up report. ``prepare_run`` returns
+it all as one fixed ``PreparedRun``; the loop (chargen.train) changes only the state in it.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from . import board, checkpoint, finetune, memory
 from .autosize import (
     CHARS_PER_PARAM,
     LADDER,
+    base_lr_for,
     bits_per_char,
     choose_size,
     counting,
@@ -62,7 +62,7 @@ class PreparedRun:
 
     run_dir: Path
     corpus: Corpus  # its ids in the run's vocabulary
-    config: TrainConfig  # with the weight decay chosen
+    config: TrainConfig  # with the weight decay and peak learning rate chosen
     model_config: ModelConfig  # with the size and dropout chosen
     tokenizer: CharTokenizer
     default_prime: str
@@ -121,7 +121,8 @@ def prepare_run(corpus: Corpus, run_dir: Path, model_config: ModelConfig | None,
     feed = make_feed(text.corpus, config, device, ranks)
     if saved is not None:
         decay = config.weight_decay if config.weight_decay is not None else saved.train.weight_decay
-        model_config, config = text.model, replace(config, weight_decay=0.01 if decay is None else decay)
+        model_config, config = text.model, replace(config, weight_decay=0.01 if decay is None else decay,
+                                                   base_lr=config.base_lr or saved.train.scaling(1).base_lr)
         sizing, chosen, line = [], (), CHARS_PER_PARAM
     else:
         chosen = chosen_regularisation(text.model, config)
@@ -259,12 +260,12 @@ def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed |
               device: torch.device, dtype: torch.dtype | None, ranks: Ranks
               ) -> tuple[ModelConfig, TrainConfig, list[str], float]:
     """A new run's model: the size asked for or, with --max-time and none asked for, the
-    size chosen for the budget; dropout and weight decay, where not given, as the run's
-    epochs call for (chargen.autosize), both by the size line drawn for how predictable the
-    text is. Rank 0 decides; every rank builds the same. Also the start-up lines that say
+    size chosen for the budget; dropout, weight decay and peak learning rate, where not given,
+    as the run's epochs call for (chargen.autosize), by the size line drawn for how predictable
+    the text is. Rank 0 decides; every rank builds the same. Also the start-up lines that say
     so, and the line."""
     model = replace(asked or ModelConfig(), vocab_size=corpus.tokenizer.vocab_size)
-    if asked is not None and model.dropout is not None and config.weight_decay is not None:
+    if asked is not None and None not in (model.dropout, config.weight_decay, config.base_lr):
         return model, config, [], CHARS_PER_PARAM
     bits = bits_per_char(text_ids(corpus))  # (the same on every rank: the same ids)
     line, epochs, sizing = size_line(bits), 0.0, []
@@ -276,13 +277,14 @@ def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed |
     fitting = regularisation(epochs, params, feed.epoch_targets, line)
     dropout = fitting.dropout if model.dropout is None else model.dropout
     weight_decay = fitting.weight_decay if config.weight_decay is None else config.weight_decay
-    given = [f"--{name}" for name, value in (("dropout", model.dropout), ("weight-decay", config.weight_decay))
-             if value is not None]
+    base_lr = config.base_lr or base_lr_for(math.inf if config.init_from else fitting.exposure)  # (fine-tune: 3e-3)
+    given = [f"--{name}" for name, value in (("dropout", model.dropout), ("weight-decay", config.weight_decay),
+                                             ("base-lr", config.base_lr)) if value is not None]
     sizing.append(f"regularisation for {epochs:.3g} epochs at {params / feed.epoch_targets:.2g} parameters per "
                   f"character of the text (exposure {fitting.exposure:.3g}, {counting(bits)}): dropout {dropout:g}, "
-                  f"weight decay {weight_decay:g}" + (f" ({' and '.join(given)} as given)" if given else
-                                                      f" ({fitting.note})" if fitting.note else ""))
-    return replace(model, dropout=dropout), replace(config, weight_decay=weight_decay), sizing, line
+                  f"weight decay {weight_decay:g}, peak learning rate {base_lr:g}"
+                  + (f" ({' and '.join(given)} as given)" if given else f" ({fitting.note})" if fitting.note else ""))
+    return replace(model, dropout=dropout), replace(config, weight_decay=weight_decay, base_lr=base_lr), sizing, line
 
 
 def chosen_regularisation(asked: ModelConfig | None, config: TrainConfig) -> tuple[str, ...]:
@@ -326,7 +328,7 @@ def same_without_timing(run: PreparedRun) -> str:
     model = run.model_config
     return (f"the same model and precision without timing: --hidden {model.hidden} --layers {model.layers} "
             f"--embedding {model.embedding} --dropout {model.dropout:g} --weight-decay {run.config.weight_decay:g} "
-            f"--precision {PRECISION_NAMES[run.autocast_dtype]}")
+            f"--base-lr {run.config.base_lr:g} --precision {PRECISION_NAMES[run.autocast_dtype]}")
 
 
 def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed: StreamFeed | LinesFeed,

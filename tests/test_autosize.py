@@ -25,6 +25,7 @@ from chargen.autosize import (
     REFERENCE_BITS,
     SAMPLE_CHARS,
     Regularisation,
+    base_lr_for,
     bits_per_char,
     choose_size,
     params,
@@ -303,6 +304,7 @@ def test_a_timed_run_without_a_model_gets_the_chosen_size(texts, tmp_path, monke
     assert saved["model"]["dropout"] == expected.dropout and saved["train"]["weight_decay"] == expected.weight_decay
     assert any(line.startswith("model: 1x256, chosen for --max-time 2") for line in lines)
     assert result.model.config.hidden == 256
+    assert saved["train"]["base_lr"] == saved["lr_schedule"]["peak_lr"] == 3e-3  # (55 epochs: a long exposure)
 
 
 def plan_regularisation(lines: list[str], size: int, text: int, config, line: float) -> Regularisation:
@@ -345,10 +347,36 @@ def test_explicit_settings_always_win(texts, tmp_path, monkeypatch):
     calls = fake_probe(monkeypatch, 1.2e12)
     corpus = load_corpus(texts[0], val_path=texts[1])
     fixed = ModelConfig(hidden=24, layers=1, embedding=8, dropout=0.3)
-    train(corpus, tmp_path / "run", fixed, tiny_train(steps=None, max_time=1.0, weight_decay=0.05, sample_chars=0))
+    train(corpus, tmp_path / "run", fixed, tiny_train(steps=None, max_time=1.0, weight_decay=0.05, base_lr=1e-3,
+                                                       sample_chars=0))
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model"]["hidden"] == 24 and saved["model"]["dropout"] == 0.3
-    assert saved["train"]["weight_decay"] == 0.05 and not calls  # nothing to probe for
+    assert saved["train"]["weight_decay"] == 0.05 and saved["train"]["base_lr"] == 1e-3
+    assert not calls  # nothing to probe for
+
+
+def test_a_run_too_short_to_memorise_gets_the_larger_learning_rate():
+    assert base_lr_for(0.0) == base_lr_for(LITTLE_EXPOSURE - 0.01) == 2 * base_lr_for(LITTLE_EXPOSURE) == 6e-3
+    assert base_lr_for(1e6) == 3e-3
+
+
+def test_the_learning_rate_follows_the_exposure_unless_given_or_saved(texts, tmp_path):
+    """One epoch of 1x24 is little exposure and 3,000 a lot; a rate given stands, and a resumed
+    run keeps the rate it began with."""
+    corpus, model = load_corpus(texts[0], val_path=texts[1]), ModelConfig(hidden=24, layers=1, embedding=8)
+    lines = []
+    train(corpus, tmp_path / "short", model, tiny_train(steps=6), log=lines.append)
+    assert json.loads((tmp_path / "short" / "config.json").read_text())["train"]["base_lr"] == 6e-3
+    assert any("peak learning rate 0.006" in line for line in lines if line.startswith("regularisation for"))
+    long = set_up(corpus, tmp_path / "long", model, tiny_train(steps=None, epochs=3000))
+    assert long.config.base_lr == 3e-3 and long.schedule.peak_lr == 3e-3
+    given = set_up(corpus, tmp_path / "given", model, tiny_train(steps=6, base_lr=1e-3))
+    assert given.config.base_lr == 1e-3
+    record = tmp_path / "short" / "config.json"  # (a run begun before the rule: the old default saved)
+    record.write_text(record.read_text().replace('"base_lr": 0.006', '"base_lr": 0.003'))
+    train(corpus, tmp_path / "short", None, tiny_train(steps=12), resume=True)
+    saved = json.loads(record.read_text())
+    assert saved["train"]["base_lr"] == saved["lr_schedule"]["peak_lr"] == 0.003
 
 
 def set_up(corpus, run_dir, model, config):

@@ -65,6 +65,7 @@ def test_a_fine_tuned_run_records_its_source_and_learns_faster_than_from_scratch
     digest = hashlib.sha256(checkpoint.weights_path(source).read_bytes()).hexdigest()
     assert saved["init_from"] == {"path": str(source), "weights": "model.safetensors", "weights_sha256": digest,
                                   "new_chars": "".join(sorted(NEW_CHARS))}
+    assert saved["train"]["base_lr"] == 3e-3 and config_json(tmp_path / "scratch")["train"]["base_lr"] == 6e-3
     assert saved["model"]["hidden"] == 24 and saved["model"]["vocab_size"] == 4 + len(
         finetune.read_source(source).tokenizer.chars) + len(NEW_CHARS)
     model = chargen.load(tmp_path / "tuned", device="cpu")

@@ -207,3 +207,4 @@ def test_what_max_time_chose_is_said_as_flags_that_choose_it_again(tmp_path, cor
     timed, again = config_json(tmp_path / "timed"), config_json(tmp_path / "again")
     assert timed["model"] == again["model"] and timed["precision_used"] == again["precision_used"]
     assert timed["train"]["weight_decay"] == again["train"]["weight_decay"]
+    assert timed["train"]["base_lr"] == again["train"]["base_lr"]
