@@ -27,7 +27,7 @@ class TrainConfig:
     # to batch_size by lr_scaling (see chargen.schedule): LEGW by default.
     lr_scaling: str = "legw"
     base_batch_size: int = 32
-    base_lr: float | None = None  # None: by the model's width (chargen.autosize.base_lr_for)
+    base_lr: float | None = None  # None: by the run's exposure (chargen.autosize.base_lr_for)
     base_warmup_epochs: float | None = None  # None: warmup_steps updates at base_batch_size
     warmup_steps: int = 100
     decay: str = "cosine"
