@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settings", nargs="+", type=setting, default=[("cosine", 0.1, 0.01), ("cosine", 0.0, 0.01)],
                         help="DECAY:FLOOR:WEIGHT_DECAY each")
     parser.add_argument("--base-lr", type=float, default=None,
-                        help="the peak learning rate at batch 32 (chargen's: by the width, base_lr_for)")
+                        help="the peak learning rate at batch 32 (chargen's: by the run's exposure, base_lr_for)")
     args = parser.parse_args(argv)
     model = equal_steps_model(parser, args)
     try:

@@ -50,7 +50,6 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.common import command_line, cpu_flags, cpu_name, write_json
-from chargen.autosize import base_lr_for
 from chargen.config import TrainConfig
 from chargen.corpus import Streams, batchify
 from chargen.device import autocast_problem
@@ -175,8 +174,8 @@ def training_step(hidden: int, layers: int, batch: int, bptt: int, device: torch
     config = ModelConfig(vocab_size=VOCAB, embedding=EMBEDDING, hidden=hidden, layers=layers, dropout=0.0)
     train_config = TrainConfig(batch_size=batch, bptt=bptt)
     model = CharLSTM(config).to(device).train()
-    optimizer = torch.optim.AdamW(param_groups(model, 0.01), lr=base_lr_for(hidden),  # (decay costs the same)
-                                  betas=(0.9, 0.99))
+    lr = train_config.scaling(1).base_lr  # (the rate and the decay cost the same at any value)
+    optimizer = torch.optim.AdamW(param_groups(model, 0.01), lr=lr, betas=(0.9, 0.99))
     # uint8 ids, as chargen's tokenizer stores any vocabulary of up to 256.
     ids = np.random.default_rng(0).integers(0, VOCAB, size=batch * (CHUNKS_PER_PASS * bptt + 1), dtype=np.uint8)
     streams = Streams(batchify(ids, batch, device))
