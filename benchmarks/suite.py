@@ -93,7 +93,8 @@ def run_one(text: str, config: str, isa: str, budget: float, out: Path, tag: str
                   "train_seconds": summary["train_seconds"], "validation_seconds": summary.get("validation_seconds"),
                   "cli_seconds": round(float((run / "seconds.txt").read_text()), 2),
                   "size": f"{model['layers']}x{model['hidden']}", "dropout": model["dropout"],
-                  "weight_decay": saved["train"]["weight_decay"], "precision": saved.get("precision_used")}
+                  "weight_decay": saved["train"]["weight_decay"], "base_lr": saved["train"].get("base_lr"),
+                  "precision": saved.get("precision_used")}
 
 
 def around(auto: dict) -> list[str]:
@@ -149,7 +150,8 @@ def report(rows: list[dict]) -> str:
                   "| configuration | model | val loss (nats/char) | against the best fixed | steps | epochs | "
                   "ended at (of the budget) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
         for r in group:
-            model = f"{r['size']}, dropout {r['dropout']:g}, wd {r['weight_decay']:g}" if "size" in r else \
+            rate = f", lr {r['base_lr']:g}" if r.get("base_lr") else ""  # (rows from before 12-07 have none)
+            model = f"{r['size']}, dropout {r['dropout']:g}, wd {r['weight_decay']:g}{rate}" if "size" in r else \
                 f"{r.get('parameters', 0):,} parameters" if r["config"] == "gpt" else ""
             gap = "" if fixed is None else f"{r['val_loss'] - fixed:+.3f}"
             epochs, ended = r.get("epochs"), None if steps else r.get("cli_seconds")

@@ -90,7 +90,7 @@ WEIGHT_DECAY = 0.01
 # it, still needs its dropout), scaled like the line with the text's bits.
 NO_DROPOUT_CHARS_PER_PARAM = 1.5
 # The peak learning rate at the base batch where --base-lr is not given: BASE_LR, and
-# LITTLE_EXPOSURE_LR below LITTLE_EXPOSURE (see ``base_lr_for``).
+# LITTLE_EXPOSURE_LR below LITTLE_EXPOSURE, counted by characters (see ``base_lr_for``).
 BASE_LR = BatchScaling.base_lr  # 3e-3
 LITTLE_EXPOSURE_LR = 2 * BASE_LR
 
@@ -174,18 +174,21 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     return Regularisation(round(min(MAX_DROPOUT, first + again), 2), WEIGHT_DECAY, counted, exposure)
 
 
-def base_lr_for(exposure: float) -> float:
-    """The peak learning rate of AdamW at the base batch for a run of ``exposure`` (as
-    ``regularisation`` counts it), where ``--base-lr`` is not given: twice BASE_LR below
-    LITTLE_EXPOSURE, where the run is too short to memorise its text and a bigger step only
-    learns sooner. At 137 s under the AVX2 cap (fp32), 1x256 (about 2,000 steps, exposure
-    3-6, no dropout) scored 0.025-0.075 nats better with 6e-3 than with 3e-3 on the play,
-    prose and Russian, 0.002 on Python; 1x128 on Russian (5,500 steps, 3) 0.019. Past it the
+def base_lr_for(epochs: float, params: int, text_chars: int) -> float:
+    """The peak learning rate of AdamW at the base batch for a run of ``epochs`` with
+    ``params`` parameters on ``text_chars`` characters, where ``--base-lr`` is not given:
+    twice BASE_LR below an exposure of LITTLE_EXPOSURE counted by characters (not by the
+    bits, as the dropout's is), where the run is too short to memorise its text and a bigger
+    step only learns sooner. At 137 s under the AVX2 cap (fp32), 1x256 (about 2,000 steps,
+    exposure 3-6, no dropout) scored 0.025-0.075 nats better with 6e-3 than with 3e-3 on the
+    play, prose and Russian, 0.002 on Python; 1x128 on Russian (5,500 steps, 3) 0.019; with
+    dropout 0.1 on C++ (2.8 by characters, 5.3 counted by its bits) 1.4902 against 1.5811;
+    1x512 on Python at 60 s natively (4.1, 6.5 counted) 1.2000 against 1.3024. Past it the
     larger step memorises sooner: natively, 1x256 on the play at exposure 10-13 peaked at
     1.6107 with 6e-3 against 1.5678 (3e-3), and 1x512 at 12 did best with 3e-3 (0.018
     ahead of 6e-3; Russian at 10, 0.037 behind). ``python -m chargen train TEXT --val-file
     VAL --max-time 137 --hidden H --layers 1 --dropout 0 --base-lr L``, benchmarks/suite.md."""
-    return LITTLE_EXPOSURE_LR if exposure < LITTLE_EXPOSURE else BASE_LR
+    return LITTLE_EXPOSURE_LR if epochs * params / max(1, text_chars) < LITTLE_EXPOSURE else BASE_LR
 
 
 def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.device,

@@ -58,7 +58,7 @@ class PreparedRun:
     """A run ready for its first step. Fixed: the loop changes the state inside ``state``
     (and the schedule's length, once fitted to --max-time), never what is here; the one
     change, the regularisation refitted with a timed plan, makes a new one
-    (``refit_regularisation``)."""
+    (``timed_plan.refit_regularisation``)."""
 
     run_dir: Path
     corpus: Corpus  # its ids in the run's vocabulary
@@ -79,7 +79,7 @@ class PreparedRun:
     record: RunRecord  # config.json, less what changes as it trains (record_now)
     started: float  # (time.perf_counter) when set-up began: --max-time counts set-up, the size probe with it
     resumed: bool
-    chosen: tuple[str, ...] = ()  # "dropout", "weight_decay": chosen for a new timed run, refitted with its plan
+    chosen: tuple[str, ...] = ()  # "dropout", "weight_decay", "base_lr": a new timed run's, refitted with its plan
     line: float = CHARS_PER_PARAM  # the text's size line (autosize.size_line), which the refit counts by
 
     @property
@@ -277,7 +277,8 @@ def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed |
     fitting = regularisation(epochs, params, feed.epoch_targets, line)
     dropout = fitting.dropout if model.dropout is None else model.dropout
     weight_decay = fitting.weight_decay if config.weight_decay is None else config.weight_decay
-    base_lr = config.base_lr or base_lr_for(math.inf if config.init_from else fitting.exposure)  # (fine-tune: 3e-3)
+    fine_tune = config.init_from is not None  # (from learnt weights: 3e-3)
+    base_lr = config.base_lr or base_lr_for(math.inf if fine_tune else epochs, params, feed.epoch_targets)
     given = [f"--{name}" for name, value in (("dropout", model.dropout), ("weight-decay", config.weight_decay),
                                              ("base-lr", config.base_lr)) if value is not None]
     sizing.append(f"regularisation for {epochs:.3g} epochs at {params / feed.epoch_targets:.2g} parameters per "
@@ -293,34 +294,9 @@ def chosen_regularisation(asked: ModelConfig | None, config: TrainConfig) -> tup
     speed, and the machine may be busier or quieter by the first steps."""
     if config.max_time is None:
         return ()
-    given = {"dropout": None if asked is None else asked.dropout, "weight_decay": config.weight_decay}
+    given = {"dropout": None if asked is None else asked.dropout, "weight_decay": config.weight_decay,
+             "base_lr": config.init_from or config.base_lr}  # (a fine-tune's rate is not the exposure's)
     return tuple(name for name, value in given.items() if value is None)
-
-
-def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRun, str]:
-    """The run with the dropout and weight decay it left to chargen decided again for the
-    epochs of its fitted plan of ``total_steps`` (autosize.regularisation), in the model and
-    optimizer and in its record; and the line that says so (empty where nothing changed)."""
-    if not run.chosen:
-        return run, ""
-    epochs, params = total_steps / run.feed.steps_per_epoch, run.record.parameters
-    fitting = regularisation(epochs, params, run.feed.epoch_targets, run.line)
-    dropout = fitting.dropout if "dropout" in run.chosen else run.model_config.dropout
-    weight_decay = fitting.weight_decay if "weight_decay" in run.chosen else run.config.weight_decay
-    if (dropout, weight_decay) == (run.model_config.dropout, run.config.weight_decay):
-        return run, ""
-    changes = [f"{name} {new:g} (was {old:g})" for name, new, old in (
-        ("dropout", dropout, run.model_config.dropout), ("weight decay", weight_decay, run.config.weight_decay))
-        if new != old]
-    run.model.set_dropout(dropout)
-    run.state.optimizer.param_groups[0]["weight_decay"] = weight_decay  # (the matrices: see param_groups)
-    model_config = replace(run.model_config, dropout=dropout)
-    config = replace(run.config, weight_decay=weight_decay)
-    record = replace(run.record, model=model_config, train=config)
-    run = replace(run, model_config=model_config, config=config, record=record)
-    counted = f"{fitting.exposure:.3g}; {fitting.note}" if fitting.note else f"{fitting.exposure:.3g}"
-    return run, (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
-                 f"{counted}): {', '.join(changes)}; {same_without_timing(run)}")
 
 
 def same_without_timing(run: PreparedRun) -> str:

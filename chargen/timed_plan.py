@@ -1,15 +1,18 @@
 """``--max-time`` in the training loop: the plan, and the validations within it, refitted
 to the time left at the speed of the latest steps (chargen.budget has the arithmetic), and
-the final validation fitted to what is left at the end.
+the final validation fitted to what is left at the end; at the first fit, what the run left
+to chargen (dropout, weight decay, peak learning rate) decided again for the fitted plan.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from tqdm import tqdm
 
+from .autosize import base_lr_for, regularisation
 from .budget import (
     FINAL_SLACK,
     MIN_SAMPLE,
@@ -23,7 +26,7 @@ from .budget import (
     fit_to_time,
     plan_validation,
 )
-from .prepare import TIMED_PLAN, PreparedRun, refit_regularisation
+from .prepare import TIMED_PLAN, PreparedRun, plan_schedule, same_without_timing
 from .schedule import format_schedule
 
 
@@ -76,7 +79,7 @@ class TimedPlan:
         budget.reserve = final_seconds + step_seconds * (config.log_every if self.run.ranks.active else 1)
         budget.mark(progress)
         progress.total_steps = self.run.schedule.total_steps = self.bar.total = total
-        if len(budget.marks) == 2:  # (the first fit: dropout and weight decay, if chosen, follow the plan)
+        if len(budget.marks) == 2:  # (the first fit: dropout, weight decay, peak rate, if chosen, follow the plan)
             self.run, refitted = refit_regularisation(self.run, total)
             if refitted:
                 self.log(refitted)
@@ -122,3 +125,30 @@ class TimedPlan:
                      f"{took} (a sample's figure does not compete for the best weights)")
         return sample
 
+
+def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRun, str]:
+    """The run with what it left to chargen (dropout, weight decay, peak learning rate: autosize)
+    decided again for the epochs of its fitted plan of ``total_steps`` (a few steps in, within the
+    warmup), in the model, optimizer, schedule and record; and the line that says so (or "")."""
+    if not run.chosen:
+        return run, ""
+    epochs, params = total_steps / run.feed.steps_per_epoch, run.record.parameters
+    fitting = regularisation(epochs, params, run.feed.epoch_targets, run.line)
+    dropout = fitting.dropout if "dropout" in run.chosen else run.model_config.dropout
+    weight_decay = fitting.weight_decay if "weight_decay" in run.chosen else run.config.weight_decay
+    base_lr = base_lr_for(epochs, params, run.feed.epoch_targets) if "base_lr" in run.chosen else run.config.base_lr
+    changes = [f"{name} {new:g} (was {old:g})" for name, new, old in (
+        ("dropout", dropout, run.model_config.dropout), ("weight decay", weight_decay, run.config.weight_decay),
+        ("peak learning rate", base_lr, run.config.base_lr)) if new != old]
+    if not changes:
+        return run, ""
+    run.model.set_dropout(dropout)
+    run.state.optimizer.param_groups[0]["weight_decay"] = weight_decay  # (the matrices: see param_groups)
+    model_config = replace(run.model_config, dropout=dropout)
+    config = replace(run.config, weight_decay=weight_decay, base_lr=base_lr)
+    scaling, schedule = plan_schedule(config, run.feed, run.state.progress)  # (the step sets the rate from it)
+    record = replace(run.record, model=model_config, train=config)
+    run = replace(run, model_config=model_config, config=config, record=record, scaling=scaling, schedule=schedule)
+    counted = f"{fitting.exposure:.3g}; {fitting.note}" if fitting.note else f"{fitting.exposure:.3g}"
+    return run, (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
+                 f"{counted}): {', '.join(changes)}; {same_without_timing(run)}")

@@ -154,12 +154,13 @@ def test_fixed_steps_replace_the_budgets_time_and_make_a_table_of_their_own(tmp_
     assert "--max-time" in command("1x512:0.2", tmp_path / "t", tmp_path / "v", 411.0, tmp_path)
     row = {"text": "russian", "isa": "native", "budget": 411.0, "cpu": "x", "size": "1x512", "weight_decay": 0.01,
            "steps": 3200, "epochs": 15.0, "cli_seconds": 500.0}
-    rows = [row | {"config": "1x512:0.1", "dropout": 0.1, "val_loss": 1.36},
+    rows = [row | {"config": "1x512:0.1", "dropout": 0.1, "val_loss": 1.36, "base_lr": 0.006},
             row | {"config": "1x512:0.2", "dropout": 0.2, "val_loss": 1.38, "tag": "steps-3200", "fixed_steps": 3200},
             row | {"config": "1x512:0.3", "dropout": 0.3, "val_loss": 1.39, "tag": "steps-3200", "fixed_steps": 3200}]
     timed, stepped = report(rows).split("### ")[1:]
     assert "(each 3,200 steps)" in stepped and "1x512:0.1" not in stepped and "| +0.010 |" in stepped
     assert "121.7%" in timed and "%" not in stepped  # (a run of fixed steps has no budget to end within)
+    assert "dropout 0.1, wd 0.01, lr 0.006 |" in timed and "lr" not in stepped  # (rows from before 12-07: none)
 
 
 @pytest.mark.parametrize("args", [["--configs", "auto"], ["--configs", "1x512:0.1", "gpt"], ["--steps", "0"]])
