@@ -282,7 +282,8 @@ def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed |
     given = [f"--{name}" for name, value in (("dropout", model.dropout), ("weight-decay", config.weight_decay),
                                              ("base-lr", config.base_lr)) if value is not None]
     sizing.append(f"regularisation for {epochs:.3g} epochs at {params / feed.epoch_targets:.2g} parameters per "
-                  f"character of the text (exposure {fitting.exposure:.3g}, {counting(bits)}): dropout {dropout:g}, "
+                  f"character of the text (exposure {fitting.exposure:.3g}, {counting(bits)}; for the rate "
+                  f"{epochs * params / feed.epoch_targets:.3g}, by characters): dropout {dropout:g}, "
                   f"weight decay {weight_decay:g}, peak learning rate {base_lr:g}"
                   + (f" ({' and '.join(given)} as given)" if given else f" ({fitting.note})" if fitting.note else ""))
     return replace(model, dropout=dropout), replace(config, weight_decay=weight_decay, base_lr=base_lr), sizing, line

@@ -551,6 +551,7 @@ def test_an_untimed_run_on_a_predictable_text_gets_the_dropout_its_bits_call_for
         run = prepare_run(corpus, tmp_path / f"run-{name}", model, tiny_train(steps=None, epochs=6.0), log=lines.append)
         said = next(line for line in lines if line.startswith("regularisation for"))
         assert f"for {bits_per_char(corpus.train_ids):.2f} bits a character" in said, said
+        assert f"for the rate {6.0 * run.record.parameters / run.feed.epoch_targets:.3g}, by characters)" in said
         dropouts[name] = run.model_config.dropout
     assert dropouts["predictable"] > 0 == dropouts["random"], dropouts
 
