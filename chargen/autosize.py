@@ -159,7 +159,7 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     exposures of 10 and 17; on a faster host it saw 2.4 (exposure 31) and won with 0.3 by 0.083
     (1.4798 against 1.5632; the line was the size rule's 2.5 then, and a refit had crossed it)."""
     scale = CHARS_PER_PARAM / line
-    exposure = epochs * params / max(1, text_chars) * scale
+    exposure = by_characters(epochs, params, text_chars) * scale
     if exposure < LITTLE_EXPOSURE:
         return Regularisation(0.0, 0.0, exposure=exposure)
     seen, least = epochs * text_chars / max(1, params), NO_DROPOUT_CHARS_PER_PARAM / scale
@@ -188,7 +188,13 @@ def base_lr_for(epochs: float, params: int, text_chars: int) -> float:
     1.6107 with 6e-3 against 1.5678 (3e-3), and 1x512 at 12 did best with 3e-3 (0.018
     ahead of 6e-3; Russian at 10, 0.037 behind). ``python -m chargen train TEXT --val-file
     VAL --max-time 137 --hidden H --layers 1 --dropout 0 --base-lr L``, benchmarks/suite.md."""
-    return LITTLE_EXPOSURE_LR if epochs * params / max(1, text_chars) < LITTLE_EXPOSURE else BASE_LR
+    return LITTLE_EXPOSURE_LR if by_characters(epochs, params, text_chars) < LITTLE_EXPOSURE else BASE_LR
+
+
+def by_characters(epochs: float, params: int, text_chars: int) -> float:
+    """A run's exposure counted by characters: epochs x parameters per character of the text
+    (``base_lr_for``'s; ``regularisation`` counts the characters by their bits besides)."""
+    return epochs * params / max(1, text_chars)
 
 
 def probe_speed(config: ModelConfig, batch_size: int, bptt: int, device: torch.device,

@@ -141,7 +141,7 @@ def add_training_options(t: argparse.ArgumentParser) -> None:
                     f"linear (k x peak, same warmup epochs) or none (default {d['lr_scaling']})")
     lr.add_argument("--base-lr", "--lr", dest="base_lr", type=positive_float, metavar="LR",
                     help="peak learning rate of AdamW at the base batch size (default 3e-3; 6e-3 for a run too "
-                    "short to memorise its text, exposure under 8: see docs/training.md)")
+                    "short to memorise its text, exposure under 8 by characters: see docs/training.md)")
     lr.add_argument("--base-batch-size", type=positive_int, metavar="N",
                     help=f"the batch size the base setting is for (default {d['base_batch_size']})")
     warm = lr.add_mutually_exclusive_group()

@@ -23,6 +23,7 @@ from .autosize import (
     LADDER,
     base_lr_for,
     bits_per_char,
+    by_characters,
     choose_size,
     counting,
     probe_config,
@@ -283,7 +284,7 @@ def fit_model(asked: ModelConfig | None, config: TrainConfig, feed: StreamFeed |
                                              ("base-lr", config.base_lr)) if value is not None]
     sizing.append(f"regularisation for {epochs:.3g} epochs at {params / feed.epoch_targets:.2g} parameters per "
                   f"character of the text (exposure {fitting.exposure:.3g}, {counting(bits)}; for the rate "
-                  f"{epochs * params / feed.epoch_targets:.3g}, by characters): dropout {dropout:g}, "
+                  f"{by_characters(epochs, params, feed.epoch_targets):.3g}, by characters): dropout {dropout:g}, "
                   f"weight decay {weight_decay:g}, peak learning rate {base_lr:g}"
                   + (f" ({' and '.join(given)} as given)" if given else f" ({fitting.note})" if fitting.note else ""))
     return replace(model, dropout=dropout), replace(config, weight_decay=weight_decay, base_lr=base_lr), sizing, line
