@@ -29,9 +29,11 @@ the model's parameters per character of the text, the characters counted as the 
 counts them (a predictable text is memorised sooner). A run of little exposure never meets a
 character often enough to memorise it, and dropout only slows its learning; a big model on
 a small text for many epochs memorises, and dropout is what keeps its validation loss
-falling. So does the peak learning rate (``base_lr_for``): twice the usual below the exposure
-that gets dropout, where a bigger step only learns sooner. Whoever gives ``--dropout``,
-``--weight-decay`` or ``--base-lr`` gets that.
+falling. A small model many epochs past a big text needs its first dropout too: there the
+epochs count for more than the parameters (the repeats, ``regularisation``). The peak
+learning rate follows the exposure too (``base_lr_for``): twice the usual below the exposure
+that gets dropout, counted by characters, where a bigger step only learns sooner. Whoever
+gives ``--dropout``, ``--weight-decay`` or ``--base-lr`` gets that.
 
 The constants come from the sweep of ``python -m benchmarks.budget`` (benchmarks/README.md,
 "How good at a budget"): fixed sizes against each other at equal wall time, natively and as an AVX2-only
@@ -77,6 +79,17 @@ SAMPLE_PIECES = 8
 # RISE_AGAIN_EXPOSURE, then rising at the same slope again, up to MAX_DROPOUT; that second rise
 # counts no more than PEAK_EPOCHS epochs (a tiny text's runs peak before, however long they go on).
 LITTLE_EXPOSURE = 8.0
+# ... or, below it, from REPEATS_EXPOSURE repeats: the epochs times the square root of the
+# parameters per character, counted by the bits like the exposure (a small model many epochs
+# past its text). At equal steps (6e-3; two seeds where two figures; benchmarks/suite.md,
+# "The first dropout by the repeats"), 0.1 against none, by the repeats: 1x512 on Python for
+# 650 steps (5.5) +0.006 and +0.013 nats; 1x256 on Russian, 1,900 steps (4.8), +0.007; on the
+# play, 2,000 (5.6), -0.000 and -0.008; on Python, 1,400 (6.4), -0.012 and +0.004; on prose,
+# 1,950 (7.8), -0.008 and -0.014; on Python, 1,650 (7.6), -0.014 and -0.019; 1x128 on the
+# play, 5,300 (8.4), -0.013; on Python, 4,600 (12), -0.058. Counted by the exposure alone,
+# 1x128's 3.0 and 4.4 won where 1x512's 6.5 lost: where dropout starts, the epochs count for
+# more than the parameters.
+REPEATS_EXPOSURE = 7.0
 RISE_EXPOSURE = 12.0
 DROPOUT = 0.1
 DROPOUT_PER_DOUBLING = 0.1
@@ -153,6 +166,9 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     0.1 against 1.5474 with none (timed, 137 s); held out, on Python at equal steps, 1.1790
     against 1.2150; on the play, 1.5630 against 1.5727 (one run each).
 
+    Below an exposure of LITTLE_EXPOSURE the first dropout comes with the repeats (see
+    REPEATS_EXPOSURE).
+
     None either for a model too big for its run, one that will see fewer than
     NO_DROPOUT_CHARS_PER_PARAM training characters per parameter: it is far from memorising
     anything. 2x512 at 411 s saw 0.7 and 1.2 and lost with dropout 0.1, by 0.039 and 0.024, at
@@ -160,7 +176,8 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     (1.4798 against 1.5632; the line was the size rule's 2.5 then, and a refit had crossed it)."""
     scale = CHARS_PER_PARAM / line
     exposure = by_characters(epochs, params, text_chars) * scale
-    if exposure < LITTLE_EXPOSURE:
+    repeats = epochs * math.sqrt(params / max(1, text_chars)) * scale
+    if exposure < LITTLE_EXPOSURE and repeats < REPEATS_EXPOSURE:
         return Regularisation(0.0, 0.0, exposure=exposure)
     seen, least = epochs * text_chars / max(1, params), NO_DROPOUT_CHARS_PER_PARAM / scale
     if seen < least:
@@ -170,7 +187,8 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     peaked = exposure * min(1.0, PEAK_EPOCHS / max(epochs, 1e-9))  # (the exposure up to PEAK_EPOCHS)
     again = DROPOUT_PER_DOUBLING * math.log2(max(1.0, peaked / RISE_AGAIN_EXPOSURE))
     counted = (f"past {RISE_AGAIN_EXPOSURE:g} it counts {PEAK_EPOCHS:g} of the epochs: {peaked:.3g}"
-               if peaked < exposure and exposure > RISE_AGAIN_EXPOSURE else "")
+               if peaked < exposure and exposure > RISE_AGAIN_EXPOSURE else
+               f"by its repeats: {repeats:.3g}, from {REPEATS_EXPOSURE:g}" if exposure < LITTLE_EXPOSURE else "")
     return Regularisation(round(min(MAX_DROPOUT, first + again), 2), WEIGHT_DECAY, counted, exposure)
 
 

@@ -24,6 +24,7 @@ files in it: anything else there stays as it was.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -57,6 +58,7 @@ TRAINER = "trainer/state.safetensors"
 METRICS = "metrics.jsonl"
 ITEMS = "train_items.safetensors"  # lines mode: a hash of every training item
 KEPT = re.compile(r"step-(\d{9})\.safetensors")  # in trainer/: a resume point kept by --keep
+WRITE_TEST = re.compile(rf"\.write-test\.\d+{re.escape(TMP_SUFFIX)}")  # check_room's probe file
 CARD = "README.md"  # a model folder's card (chargen.card)
 PAGE_FORMAT, PAGE_HEADER = "chargen-web", "model.json"
 RUN_FILES = (CONFIG, TOKENIZER, WEIGHTS, BEST, TRAINER, METRICS, ITEMS)
@@ -78,7 +80,22 @@ def describe_folder(folder: Path) -> str:
         return "file"
     if not any(folder.iterdir()):
         return "empty"
-    return record_kind(folder) or "other"
+    return record_kind(folder) or ("empty" if only_leftovers(folder) else "other")
+
+
+def leftovers(folder: Path) -> list[Path]:
+    """chargen's own temp files in ``folder`` (not its subfolders), left by a process killed
+    mid-write: a record's, a checkpoint's or the write test's (``check_room``)."""
+    found = stale_temps(folder, tuple(dict.fromkeys(RUN_FILES + MODEL_FILES + PAGE_FILES)))
+    return found + [p for p in folder.glob(f".write-test.*{TMP_SUFFIX}")
+                    if WRITE_TEST.fullmatch(p.name) and p.is_file()]
+
+
+def only_leftovers(folder: Path, most: int = 64) -> bool:
+    """Whether all ``folder`` holds is chargen's temp files (``leftovers``): a run killed while
+    it wrote its first record, before the folder was a run; its command, run again, starts it."""
+    entries = list(itertools.islice(folder.iterdir(), most))
+    return len(entries) < most and set(entries) <= set(leftovers(folder))
 
 
 def record_kind(folder: Path) -> str | None:
@@ -163,6 +180,9 @@ def prepare_new_run(run_dir: Path, force: bool, checkpoint_bytes: int = 0) -> No
     check_room(run_dir, checkpoint_bytes)
     if kind in ("run", "model"):
         remove_ours(run_dir, kind)
+    elif kind == "empty" and run_dir.is_dir():
+        for path in leftovers(run_dir):
+            path.unlink(missing_ok=True)
 
 
 def check_room(run_dir: Path, checkpoint_bytes: int) -> None:

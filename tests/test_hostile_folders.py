@@ -89,6 +89,29 @@ def test_force_never_touches_a_folder_that_is_not_chargens(project, corpus_file,
     assert "--force" not in capsys.readouterr().err and snapshot(project) == before
 
 
+def test_a_run_killed_while_writing_its_first_record_starts_again(tmp_path, corpus_file, capsys):
+    """A first run killed mid-write of its config.json leaves only chargen's temp files: the
+    same command starts it (and clears them); a folder with anything else in it is refused,
+    untouched."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".config.json.4242.0123abcd.tmp").write_text('{"format": "chargen-')  # half a record
+    (run / ".write-test.4242.tmp").write_bytes(b"")
+    assert checkpoint.describe_folder(run) == "empty"
+    assert main(["train", str(corpus_file), "--out", str(run), *TINY_FLAGS, "--steps", "2"]) == 0
+    assert not list(run.glob(".*.tmp")) and config_json(run)["train"]["steps"] == 2
+    capsys.readouterr()
+    for theirs in ("notes.txt", ".config.json.1.deadbeef.tmp.keep"):
+        other = tmp_path / theirs.strip(".")
+        other.mkdir()
+        (other / ".config.json.4242.0123abcd.tmp").write_text("{")
+        (other / theirs).write_text("mine\n")
+        before = snapshot(other)
+        code = main(["train", str(corpus_file), "--out", str(other), *TINY_FLAGS, "--steps", "2"])
+        one_line(code, capsys.readouterr().err, "is not a chargen folder")
+        assert snapshot(other) == before
+
+
 def test_force_replaces_only_chargens_own_files(tmp_path, corpus_file, trained_run, capsys):
     """A chargen run (or model) folder with someone's files in it: --force replaces chargen's
     files and keeps theirs, byte for byte."""
