@@ -86,9 +86,9 @@ def describe_folder(folder: Path) -> str:
 def leftovers(folder: Path) -> list[Path]:
     """chargen's own temp files in ``folder`` (not its subfolders), left by a process killed
     mid-write: a record's, a checkpoint's or the write test's (``check_room``)."""
-    found = stale_temps(folder, tuple(dict.fromkeys(RUN_FILES + MODEL_FILES + PAGE_FILES)))
-    return found + [p for p in folder.glob(f".write-test.*{TMP_SUFFIX}")
-                    if WRITE_TEST.fullmatch(p.name) and p.is_file()]
+    names = tuple(name for name in dict.fromkeys(RUN_FILES + MODEL_FILES + PAGE_FILES) if "/" not in name)
+    return stale_temps(folder, names) + [p for p in folder.glob(f".write-test.*{TMP_SUFFIX}")
+                                         if WRITE_TEST.fullmatch(p.name) and p.is_file() and not p.is_symlink()]
 
 
 def only_leftovers(folder: Path, most: int = 64) -> bool:
@@ -127,7 +127,8 @@ def ours(folder: Path, kind: str) -> list[Path]:
 
 def stale_temps(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
     """Temp files that ``storage.atomic_write`` left for one of ``names`` when its process
-    was killed mid-write (never read: a checkpoint is only ever the renamed, complete file)."""
+    was killed mid-write (never read: a checkpoint is only ever the renamed, complete file);
+    regular files only: atomic_write never makes a link, so a link of that name is not ours."""
     found = []
     wanted = [(name, re.escape(Path(name).name)) for name in names]
     if TRAINER in names:
@@ -136,7 +137,7 @@ def stale_temps(folder: Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
         where = (folder / name).parent
         pattern = re.compile(rf"\.{file_name}\.\d+\.[0-9a-f]{{8}}{re.escape(TMP_SUFFIX)}")
         if where.is_dir():
-            found += [p for p in where.iterdir() if pattern.fullmatch(p.name) and p.is_file()]
+            found += [p for p in where.iterdir() if pattern.fullmatch(p.name) and p.is_file() and not p.is_symlink()]
     return found
 
 

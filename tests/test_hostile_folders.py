@@ -110,6 +110,12 @@ def test_a_run_killed_while_writing_its_first_record_starts_again(tmp_path, corp
         code = main(["train", str(corpus_file), "--out", str(other), *TINY_FLAGS, "--steps", "2"])
         one_line(code, capsys.readouterr().err, "is not a chargen folder")
         assert snapshot(other) == before
+    linked = tmp_path / "linked"  # a link named like our temp file is not ours: refused, kept
+    linked.mkdir()
+    (linked / ".config.json.4242.0123abcd.tmp").symlink_to(corpus_file)
+    assert checkpoint.describe_folder(linked) == "other"
+    assert main(["train", str(corpus_file), "--out", str(linked), *TINY_FLAGS, "--steps", "2", "--force"]) == 2
+    assert (linked / ".config.json.4242.0123abcd.tmp").is_symlink() and corpus_file.exists()
 
 
 def test_force_replaces_only_chargens_own_files(tmp_path, corpus_file, trained_run, capsys):
