@@ -112,7 +112,7 @@ LITTLE_EXPOSURE_LR = 2 * BASE_LR
 class Regularisation:
     dropout: float
     weight_decay: float
-    note: str = ""  # why none, where the exposure alone would call for some; or how it was counted
+    note: str = ""  # why none where the exposure calls for some, how it was counted, or how near the first dropout
     exposure: float = field(default=0.0, compare=False)  # what it was fitted to (see ``regularisation``)
 
 
@@ -177,8 +177,8 @@ def regularisation(epochs: float, params: int, text_chars: int, line: float = CH
     scale = CHARS_PER_PARAM / line
     exposure = by_characters(epochs, params, text_chars) * scale
     repeats = epochs * math.sqrt(params / max(1, text_chars)) * scale
-    if exposure < LITTLE_EXPOSURE and repeats < REPEATS_EXPOSURE:
-        return Regularisation(0.0, 0.0, exposure=exposure)
+    if exposure < LITTLE_EXPOSURE and repeats < REPEATS_EXPOSURE:  # (the note: how near the first dropout it is)
+        return Regularisation(0.0, 0.0, f"by its repeats: {repeats:.3g}, under {REPEATS_EXPOSURE:g}", exposure)
     seen, least = epochs * text_chars / max(1, params), NO_DROPOUT_CHARS_PER_PARAM / scale
     if seen < least:
         return Regularisation(0.0, 0.0, f"none: {seen:.2g} training characters per parameter, below {least:.2g}",

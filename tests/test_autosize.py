@@ -159,8 +159,9 @@ def test_regularisation_grows_with_the_exposure():
     """None for little exposure (epochs x parameters per character of text), then more for
     more epochs or a bigger model, less for a bigger text; capped."""
     params, text = 1_000_000, 1_000_000  # one parameter per character: exposure = epochs (= the repeats)
-    assert regularisation(0.5, params, text) == regularisation(REPEATS_EXPOSURE * 0.99, params, text)
-    assert regularisation(0.0, params, text) == Regularisation(0.0, 0.0)
+    assert regularisation(0.0, params, text) == Regularisation(0.0, 0.0, "by its repeats: 0, under 7")
+    near = Regularisation(0.0, 0.0, "by its repeats: 6.93, under 7")
+    assert regularisation(REPEATS_EXPOSURE * 0.99, params, text) == near
     dropouts = [regularisation(LITTLE_EXPOSURE * k, params, text).dropout for k in (1, 1.5, 2, 4, 8, 1e6)]
     dropouts += [regularisation(1e6, params * k, text).dropout for k in (10, 100)]  # (see PEAK_EPOCHS)
     assert dropouts == sorted(dropouts) and dropouts[0] > 0 and dropouts[-1] == MAX_DROPOUT
@@ -584,7 +585,8 @@ def test_an_untimed_run_on_a_predictable_text_gets_the_dropout_its_bits_call_for
 
 def test_the_refit_line_says_where_the_second_rise_counted_50_epochs(tmp_path):
     """A timed run refitted to a plan far past its small text: the line gives the exposure,
-    and why the dropout is lower than that exposure alone would call for."""
+    and why the dropout is lower than that exposure alone would call for; refitted to a plan
+    too short for any, how far under the first dropout's repeats it is."""
     from chargen.timed_plan import refit_regularisation
 
     text = tmp_path / "t.txt"
@@ -596,3 +598,6 @@ def test_the_refit_line_says_where_the_second_rise_counted_50_epochs(tmp_path):
     expected = regularisation(10**7 / run.feed.steps_per_epoch, run.record.parameters, run.feed.epoch_targets, run.line)
     assert "it counts 50 of the epochs" in expected.note and expected.note in said
     assert refitted.model_config.dropout == expected.dropout
+    back, fell = refit_regularisation(refitted, 1)  # (and where a plan falls under the first dropout, how near)
+    assert back.model_config.dropout == 0 and f"dropout 0 (was {expected.dropout:g})" in fell
+    assert "; by its repeats: " in fell and ", under 7): dropout 0" in fell
