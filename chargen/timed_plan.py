@@ -149,6 +149,7 @@ def refit_regularisation(run: PreparedRun, total_steps: int) -> tuple[PreparedRu
     scaling, schedule = plan_schedule(config, run.feed, run.state.progress)  # (the step sets the rate from it)
     record = replace(run.record, model=model_config, train=config)
     run = replace(run, model_config=model_config, config=config, record=record, scaling=scaling, schedule=schedule)
-    counted = f"{fitting.exposure:.3g}; {fitting.note}" if fitting.note else f"{fitting.exposure:.3g}"
+    note = fitting.note if "dropout" in run.chosen else ""  # (about the dropout: none where it was given)
+    counted = f"{fitting.exposure:.3g}; {note}" if note else f"{fitting.exposure:.3g}"
     return run, (f"regularisation refitted to the plan of {total_steps:,} steps ({epochs:.3g} epochs, exposure "
                  f"{counted}): {', '.join(changes)}; {same_without_timing(run)}")

@@ -367,7 +367,7 @@ def test_the_regularisation_follows_the_plan_not_the_probe(tmp_path, monkeypatch
     assert result.model.drop.p == result.model.lstm.dropout == result.model.config.dropout == expected.dropout
     lines.clear()
     given = train(corpus, tmp_path / "given", replace(model, dropout=0.05), config, log=lines.append)
-    refits = [line.split(";")[0] for line in lines if line.startswith("regularisation refitted")]
+    refits = [line.split("): ")[1].split("; the same")[0] for line in lines if line.startswith("regularisation refit")]
     assert given.model.drop.p == 0.05 and not any("dropout" in line for line in refits)
     saved = json.loads((tmp_path / "given" / "config.json").read_text())
     assert saved["model"]["dropout"] == 0.05
@@ -601,3 +601,8 @@ def test_the_refit_line_says_where_the_second_rise_counted_50_epochs(tmp_path):
     back, fell = refit_regularisation(refitted, 1)  # (and where a plan falls under the first dropout, how near)
     assert back.model_config.dropout == 0 and f"dropout 0 (was {expected.dropout:g})" in fell
     assert "; by its repeats: " in fell and ", under 7): dropout 0" in fell
+    given = set_up(load_corpus(text), tmp_path / "given", replace(model, dropout=0.2), tiny_train(steps=None,
+                                                                                                    max_time=60.0))
+    given, said = refit_regularisation(refit_regularisation(given, 10**7)[0], 1)  # (--dropout given: no word on it)
+    assert "peak learning rate 0.006 (was 0.003)" in said and "repeats" not in said
+    assert given.model_config.dropout == 0.2
