@@ -17,7 +17,8 @@ where it got 1.8 (fp32 under the AVX2 cap); the line sits between. The steps: in
 at 60 s under the AVX2 cap, 1x256 on 7-9 characters per parameter but 620-680 steps lost to
 1x128 (1,700-1,800 steps) on all four texts that are not lists, by 0.03 to 0.15 nats; 1x512
 at 570-810 steps natively was a toss-up against 1x256 (won two, lost three, by up to 0.06);
-at 980 and more it won (the sweep). The line sits between. Each rung of the ladder has
+at 980 and more it won (the sweep). The line sits between, and moves with the text's bits
+too, by their square root (``steps_line``). Each rung of the ladder has
 about 3.5 times the parameters and a third of the speed, so C/P falls about tenfold from one
 rung to the next. The line moves with how predictable the text is (``size_line``): a
 character of source code, which compresses to half the bits of one of Shakespeare, pays a
@@ -60,7 +61,7 @@ from .schedule import BatchScaling
 # (layers, hidden), smallest first; each about three times the parameters of the last.
 LADDER = ((1, 128), (1, 256), (1, 512), (2, 512), (2, 1024), (3, 1024))
 CHARS_PER_PARAM = 2.5  # the least training characters per parameter for a size to be chosen
-MIN_STEPS = 800  # ... and the fewest updates (steps of the run's batch)
+MIN_STEPS = 800  # ... and the fewest updates (steps of the run's batch), at REFERENCE_BITS (``steps_line``)
 PARAMS_PER_CHAR = 32.0  # the most parameters per character of the training text
 PROBE_SHARE = 0.03  # of the budget, at most, for timing the candidates
 PROBE_STEPS = 2  # timed steps per candidate (the fastest counts), after one that warms up the kernels
@@ -269,6 +270,17 @@ def size_line(bits: float) -> float:
     return CHARS_PER_PARAM * min(high, max(low, bits / REFERENCE_BITS))
 
 
+def steps_line(line: float) -> float:
+    """The fewest steps for a size to be chosen on a text whose size line is ``line``
+    (``size_line``): MIN_STEPS at the reference, moved by the square root of the size line's
+    scale. On the code texts 1x512 beat 1x256 natively at 60 s on 650-770 steps (Python:
+    three pairs, by 0.019-0.024; C++ by 0.010) and lost to it under the AVX2 cap at 137 s on
+    517-530 (by 0.037 and 0.022; benchmarks/suite.md, "The step line by the bits"): their
+    lines, 632 and 584, fall between. The line scaled as the size line is (500, 424) would
+    have taken the losers; on the prose-like texts it stays within 784-831."""
+    return MIN_STEPS * math.sqrt(line / CHARS_PER_PARAM)
+
+
 def counting(bits: float) -> str:
     """How ``regularisation`` counts the characters of a text of ``bits`` a character, said."""
     return f"its characters counted x{CHARS_PER_PARAM / size_line(bits):.2g} for {bits:.2f} bits a character"
@@ -325,7 +337,7 @@ def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_cha
                 step_chars: int, most_chars: float = math.inf,
                 ladder: tuple[tuple[int, int], ...] = LADDER, line: float = CHARS_PER_PARAM) -> SizeChoice:
     """The largest size of ``ladder`` that gets ``line`` characters per parameter and
-    MIN_STEPS steps (of ``step_chars`` characters) in ``seconds`` of training (at the speed
+    ``steps_line(line)`` steps (of ``step_chars`` characters) in ``seconds`` of training (at the speed
     ``probe`` measures) without exceeding PARAMS_PER_CHAR parameters per character of the
     text; the smallest if none does.
     ``base`` gives the vocabulary and embedding; a plan of ``most_chars`` caps what any
@@ -356,13 +368,13 @@ def choose_size(probe: Callable[[ModelConfig], float], seconds: float, train_cha
 
 def short_of(size: Probed, seconds: float, step_chars: int, most_chars: float = math.inf,
              line: float = CHARS_PER_PARAM) -> str:
-    """What ``size`` lacks to be chosen (``line`` characters per parameter, MIN_STEPS), said;
-    empty if nothing."""
+    """What ``size`` lacks to be chosen (``line`` characters per parameter, the steps of
+    ``steps_line``), said; empty if nothing."""
     chars = min(most_chars, size.chars_per_s * seconds)
     if chars / params(size.config) < line:
         return f"{chars / params(size.config):.1f} per parameter, below the line of {line:.2g}"
-    if chars / max(1, step_chars) < MIN_STEPS:
-        return f"{chars / max(1, step_chars):,.0f} steps, below the line of {MIN_STEPS:,}"
+    if chars / max(1, step_chars) < steps_line(line):
+        return f"{chars / max(1, step_chars):,.0f} steps, below the line of {steps_line(line):,.0f}"
     return ""
 
 

@@ -30,6 +30,7 @@ from .autosize import (
     probe_speed,
     regularisation,
     size_line,
+    steps_line,
 )
 from .budget import VAL_SHARE
 from .config import DEFAULT_EPOCHS, TrainConfig
@@ -332,7 +333,8 @@ def size_for_budget(model: ModelConfig, choose: bool, config: TrainConfig, feed:
                          line)
     said = (f"model: {choice.config.layers}x{choice.config.hidden}, chosen for --max-time {config.max_time:g} "
             f"(--hidden, --layers or --dropout to choose yourself): {choice.reason}; the text takes {bits:.2f} bits "
-            f"a character compressed, so a size needs {line:.2g} training characters per parameter")
+            f"a character compressed, so a size needs {line:.2g} training characters per parameter "
+            f"and {steps_line(line):,.0f} steps")
     return choice.config, choice.chars / feed.epoch_targets, [said]
 
 

@@ -34,6 +34,7 @@ from chargen.autosize import (
     probe_speed,
     regularisation,
     size_line,
+    steps_line,
 )
 from chargen.budget import VAL_SHARE
 from chargen.cli import main
@@ -507,6 +508,24 @@ def test_the_size_line_moves_with_the_texts_bits_within_the_range_measured():
     assert size_line(REFERENCE_BITS * 0.6) == pytest.approx(CHARS_PER_PARAM * 0.6)
     assert size_line(0.0) == CHARS_PER_PARAM * autosize.LINE_SCALE[0]
     assert size_line(8.0) == CHARS_PER_PARAM * autosize.LINE_SCALE[1]
+
+
+def test_the_step_line_moves_with_the_square_root_of_the_bits():
+    """1x512 natively at 60 s on Python (1.44 bits a character) beat 1x256 on 750-770 steps
+    and lost to it under the AVX2 cap at 137 s on 517: on Python's line the first is taken and
+    the second is not; on the play's (2.32) neither; the reference's line is MIN_STEPS."""
+    assert steps_line(CHARS_PER_PARAM) == MIN_STEPS
+    assert steps_line(size_line(1.44)) == pytest.approx(MIN_STEPS * (1.44 / REFERENCE_BITS) ** 0.5)
+    one, step = replace(BASE, hidden=512), 16_384  # (steps of 16,384 characters: 7 and more per parameter)
+    for steps, python, play in ((750, 512, 256), (517, 256, 256)):
+        work = steps * step * params(one) / 60.0
+        chosen = [choose_size(flops_probe(work), 60.0, 10**8, BASE, step, line=size_line(bits)).config.hidden
+                  for bits in (1.44, 2.32)]
+        assert chosen == [python, play]
+        assert steps * step / params(one) > size_line(2.32)  # (the steps decide)
+    reason = choose_size(flops_probe(517 * step * params(one) / 60.0), 60.0, 10**8, BASE, step,
+                         line=size_line(1.44)).reason
+    assert "1x512 on 517 steps, below the line of 633" in reason
 
 
 def test_a_bigger_size_pays_sooner_on_a_predictable_text():
