@@ -372,7 +372,19 @@ def quality(report: Report, corpus, sizes: Sizes, work: Path, seconds: float) ->
         "model": f"{m['layers']}x{m['hidden']}, embedding {m['embedding']}, dropout {m['dropout']}",
         "batch": sizes.quality_batch, "precision": precision, "seconds": seconds, "steps": result.step,
         "epochs": round(result.epoch, 2), "best_val_loss": result.best_val_loss,
-        "best_val_bpc": None if result.best_val_loss is None else bpc(result.best_val_loss), "sample": sample}
+        "best_val_bpc": None if result.best_val_loss is None else bpc(result.best_val_loss),
+        "last_val_loss": result.last_val_loss, "sample": sample}  # (on a sample where the whole text had no time)
+
+
+def quality_figure(q: dict) -> str:
+    """The quality run's validation, said: the whole text's best, or where the budget left no
+    time for the whole text (a slow or busy machine), its last figure on a sample."""
+    if q["best_val_loss"] is not None:
+        return f"best validation loss {q['best_val_loss']:.4f} nats/char ({q['best_val_bpc']:.4f} bits/char)"
+    if q.get("last_val_loss") is not None:
+        return (f"validation loss {q['last_val_loss']:.4f} nats/char on a sample of the validation text "
+                "(the budget left no time for the whole text)")
+    return "not validated (the budget left no time for it)"
 
 
 # --- the targets and the report ----------------------------------------------------------
@@ -433,7 +445,7 @@ def markdown(data: dict) -> str:
     if q := data.get("quality"):
         lines += ["", f"## Quality ({q['seconds']:.0f} s)", "",
                   f"{q['model']}, batch {q['batch']}, {q['precision']}: {q['steps']:,} steps ({q['epochs']} epochs), "
-                  f"best validation loss {q['best_val_loss']:.4f} nats/char ({q['best_val_bpc']:.4f} bits/char).", "",
+                  f"{quality_figure(q)}.", "",
                   "```", q["sample"], "```"]
     if data["targets"]:
         lines += ["", "## Targets", "", "| target | value | met |", "| :--- | ---: | :--- |"]

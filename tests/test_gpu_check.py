@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import gpu_check
 from conftest import BF16_PROBLEM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,11 +51,25 @@ def test_the_speed_legw_and_quality_parts_are_measured(dry_run):
     legw = data["legw"]
     assert legw["base"]["batch"] * 4 == legw["legw"]["batch"]
     assert legw["base"]["seconds_to_base_final"] <= legw["base"]["train_seconds"]  # it reaches its own final
-    assert data["quality"]["best_val_loss"] > 0 and data["quality"]["sample"].startswith("ROMEO:")
+    # The 3-s quality run validates whole, or on a sample, or (on a busy machine, its budget
+    # spent by its steps) not at all: the report says which, never fails on it.
+    quality = data["quality"]
+    figures = [loss for loss in (quality["best_val_loss"], quality["last_val_loss"]) if loss is not None]
+    assert quality["steps"] > 0 and all(loss > 0 for loss in figures) and quality["sample"].startswith("ROMEO:")
+    assert gpu_check.quality_figure(quality) in markdown
     targets = {t["target"] for t in data["targets"]}
     assert any("slow recipe" in t for t in targets) and any("LEGW" in t for t in targets)
     for heading in ("## Correctness", "## Speed", "## LEGW", "## Quality", "## Targets"):
         assert heading in markdown
+
+
+def test_a_quality_run_left_no_time_for_the_whole_text_is_reported_not_a_crash():
+    """A busy machine's timed run validates its end on a sample, and no whole-text best comes
+    back: the report says the sample's figure (the report once failed on the missing best)."""
+    base = {"best_val_loss": None, "best_val_bpc": None}
+    assert "1.2345 nats/char on a sample" in gpu_check.quality_figure({**base, "last_val_loss": 1.2345})
+    assert gpu_check.quality_figure({**base, "last_val_loss": None}).startswith("not validated")
+    assert "best validation loss 1.5000" in gpu_check.quality_figure({"best_val_loss": 1.5, "best_val_bpc": 2.16})
 
 
 def test_without_a_gpu_the_full_check_refuses_in_one_line(tmp_path):
