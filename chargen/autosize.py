@@ -375,8 +375,9 @@ def short_of(size: Probed, seconds: float, step_chars: int, most_chars: float = 
     chars = min(most_chars, size.chars_per_s * seconds)
     if chars / params(size.config) < line:
         return f"{chars / params(size.config):.1f} per parameter, below the line of {line:.2g}"
-    if chars / max(1, step_chars) < steps_line(line):
-        return f"{chars / max(1, step_chars):,.0f} steps, below the line of {steps_line(line):,.0f}"
+    steps, least = chars / max(1, step_chars), steps_line(line)
+    if steps < least:
+        return f"{steps:,.0f} steps, below the line of {least:,.0f}"
     return ""
 
 
